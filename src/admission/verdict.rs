@@ -1,0 +1,102 @@
+//! The inputs and output of a pure review: [`ReviewRequest`], [`Settings`], [`Verdict`].
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::admission::Operation;
+
+/// One admission request, typed, as a review function sees it.
+#[derive(Clone, Debug)]
+pub struct ReviewRequest<'a, T> {
+    /// CREATE, UPDATE or DELETE (CONNECT is never registered).
+    pub operation: Operation,
+    /// The sub-resource written, e.g. `status`.
+    pub sub_resource: Option<&'a str>,
+    /// Namespace of the object (namespaced resources).
+    pub namespace: Option<&'a str>,
+    /// Name of the object as presented (empty on CREATE with generateName).
+    pub name: &'a str,
+    /// The new object (CREATE, UPDATE).
+    pub object: Option<&'a T>,
+    /// The existing object (UPDATE, DELETE).
+    pub old_object: Option<&'a T>,
+    /// The requesting user.
+    pub user: &'a UserInfo,
+    /// The request will not be persisted.
+    pub dry_run: bool,
+    /// The time of the review.
+    pub now: Timestamp,
+}
+
+impl<T> ReviewRequest<'_, T> {
+    /// True when the request writes the `status` sub-resource.
+    pub fn is_status(&self) -> bool {
+        self.sub_resource == Some("status")
+    }
+}
+
+/// Settings of the rules, from flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `*.k8s.io` interceptor names accepted besides the built-in allowlist.
+    pub extra_k8s_io_interceptors: Vec<String>,
+    /// Minimum step of an interceptor's `heartbeatTime` (default 60 s).
+    pub min_heartbeat_interval: Duration,
+    /// Heartbeat deadline when `spec.heartbeatDeadlineSeconds` is unset (default 20 min).
+    pub interceptor_deadline: Duration,
+    /// Clock skew tolerated for times written by interceptors (10 s).
+    pub clock_skew: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            extra_k8s_io_interceptors: Vec::new(),
+            min_heartbeat_interval: Duration::from_secs(60),
+            interceptor_deadline: Duration::from_secs(1200),
+            clock_skew: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The outcome of a review.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    /// `Some(message)` when the request is denied; the message names the field and the rule.
+    pub denied: Option<String>,
+    /// Non-blocking warnings returned to the client.
+    pub warnings: Vec<String>,
+    /// JSON patch operations (mutating reviews only).
+    pub patch: Vec<json_patch::PatchOperation>,
+}
+
+impl Verdict {
+    /// An allowing verdict without warnings.
+    pub fn allow() -> Self {
+        Self::default()
+    }
+
+    /// A denying verdict.
+    pub fn deny(message: impl Into<String>) -> Self {
+        Self { denied: Some(message.into()), ..Self::default() }
+    }
+
+    /// True when the request is allowed.
+    pub fn allowed(&self) -> bool {
+        self.denied.is_none()
+    }
+
+    /// Adds a warning.
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        self.warnings.push(warning.into());
+    }
+
+    /// Denies with this message unless already denied (the first violation wins, so the user
+    /// sees the earliest rule in SPEC order).
+    pub fn deny_if_allowed(&mut self, message: impl Into<String>) {
+        if self.denied.is_none() {
+            self.denied = Some(message.into());
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Generation of the CustomResourceDefinitions from the Rust types.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use super::{EvictionRequest, NodeMaintenance};
+
+/// Both CRDs, EvictionRequest first.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    vec![EvictionRequest::crd(), NodeMaintenance::crd()]
+}
+
+/// Both CRDs as one multi-document YAML stream, as `evictord crds` prints it.
+///
+/// # Errors
+/// Only if serialisation fails, which the types rule out in practice.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,70 @@
+//! The API of evictord: the `evictord.dev/v1alpha1` custom resources and the well-known names
+//! (annotations, finalizer, reserved interceptor and requester names) shared by the webhook and
+//! the controllers. These Rust types are the source of truth; the CRD YAML is generated from them
+//! (`evictord crds`).
+
+mod crds;
+mod eviction_request;
+mod node_maintenance;
+
+pub use crds::{all_crds, crds_yaml};
+pub use eviction_request::*;
+pub use node_maintenance::*;
+
+/// API group of the custom resources.
+pub const GROUP: &str = "evictord.dev";
+/// API version of the custom resources.
+pub const VERSION: &str = "v1alpha1";
+
+/// Pod annotation that declares the pod's interceptors: a comma-separated, ordered list of names.
+pub const INTERCEPTORS_ANNOTATION: &str = "evictord.dev/eviction-interceptors";
+/// Annotation of mirror (static) pods, set by the kubelet.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The default interceptor, appended by the controller to every request: it calls the Eviction API.
+pub const IMPERATIVE_INTERCEPTOR: &str = "imperative-eviction.k8s.io";
+/// The requester name the node maintenance controller uses.
+pub const NODE_MAINTENANCE_REQUESTER: &str = "nodemaintenance.evictord.dev";
+/// Finalizer on NodeMaintenance objects that are not Idle.
+pub const MAINTENANCE_FINALIZER: &str = "evictord.dev/maintenance-completion";
+/// Node annotation remembering `spec.unschedulable` from before a maintenance cordoned the node.
+pub const UNSCHEDULABLE_BEFORE_ANNOTATION: &str = "evictord.dev/unschedulable-before";
+/// Node label marking control-plane nodes.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// Interceptor names under `*.k8s.io` that pods may declare without operator configuration.
+pub const BUILTIN_K8S_IO_ALLOWLIST: &[&str] = &[
+    "deployment.apps.k8s.io",
+    "replicaset.apps.k8s.io",
+    "statefulset.apps.k8s.io",
+    "daemonset.apps.k8s.io",
+    "horizontalpodautoscaler.autoscaling.k8s.io",
+    "kubelet.k8s.io",
+];
+
+/// Condition type: the target pod has been evicted (or is otherwise gone).
+pub const CONDITION_EVICTED: &str = "Evicted";
+/// Condition type: the request was canceled.
+pub const CONDITION_CANCELED: &str = "Canceled";
+/// Condition type on NodeMaintenance: every targeted pod is gone from every selected node.
+pub const CONDITION_DRAINED: &str = "Drained";
+
+/// Parses the interceptor annotation: comma-separated names, white space around commas ignored.
+/// Empty items are kept (as empty strings) so that validation can report them.
+pub fn parse_interceptor_list(value: &str) -> Vec<String> {
+    if value.trim().is_empty() {
+        return Vec::new();
+    }
+    value.split(',').map(|s| s.trim().to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interceptor_list_trims_and_keeps_order() {
+        assert_eq!(parse_interceptor_list(" a.b , c.d,e.f "), vec!["a.b", "c.d", "e.f"]);
+        assert_eq!(parse_interceptor_list("a.b,,c.d"), vec!["a.b", "", "c.d"]);
+        assert!(parse_interceptor_list("  ").is_empty());
+    }
+}

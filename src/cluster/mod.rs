@@ -1,0 +1,9 @@
+//! The cluster as the webhook and the controllers see it: trimmed watch caches (kube-rs
+//! reflectors) shared by both, and the read-only [`ClusterView`] that the pure admission rules
+//! and decisions consult.
+
+mod pod;
+mod view;
+
+pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, pod_type};
+pub use view::{AccessCheck, Authorization, ClusterView, Lookup, StaticView};

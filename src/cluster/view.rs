@@ -1,0 +1,160 @@
+//! [`ClusterView`]: the read-only, synchronous view of the cluster that pure rules consult, and
+//! [`StaticView`], a view over fixed object lists (offline review, tests).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::core::v1::Node;
+
+use super::CachedPod;
+use crate::api::{EvictionRequest, NodeMaintenance};
+
+/// The answer of a lookup.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup<T> {
+    /// The object exists (confirmed).
+    Found(T),
+    /// The object does not exist (confirmed).
+    Missing,
+    /// Nothing can be said (offline, or no cache for it). Rules that need it are skipped with a
+    /// warning; they never deny on their own.
+    Unknown,
+}
+
+impl<T> Lookup<T> {
+    /// The found value, if any.
+    pub fn found(&self) -> Option<&T> {
+        match self {
+            Lookup::Found(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// An access check: may `user` perform `verb` on `resource` (`namespace`/`name`)?
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccessCheck {
+    /// The requesting user, as kube-apiserver passed it in the AdmissionReview.
+    pub user: UserInfo,
+    /// Verb, e.g. `delete`.
+    pub verb: &'static str,
+    /// API group of the resource (`""` for core).
+    pub group: &'static str,
+    /// Resource, e.g. `pods` or `nodes`.
+    pub resource: &'static str,
+    /// Namespace for namespaced resources.
+    pub namespace: Option<String>,
+    /// Object name; `None` asks about every object of the resource.
+    pub name: Option<String>,
+}
+
+/// The verdict of an access check.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Authorization {
+    /// The user may.
+    Allowed,
+    /// The user may not; the reason the authorizer gave.
+    Denied(String),
+    /// Not checked (offline); the text says why.
+    Skipped(String),
+}
+
+/// What rules may read of the cluster. Implementations answer from memory, without I/O: the
+/// server's implementation answers from the watch caches plus the live lookups and access
+/// reviews it made before calling the rules.
+pub trait ClusterView: Send + Sync {
+    /// The pod of that namespace and name.
+    fn pod(&self, namespace: &str, name: &str) -> Lookup<Arc<CachedPod>>;
+    /// Every node, or `Unknown`.
+    fn nodes(&self) -> Lookup<Vec<Arc<Node>>>;
+    /// Every NodeMaintenance, or `Unknown`.
+    fn node_maintenances(&self) -> Lookup<Vec<Arc<NodeMaintenance>>>;
+    /// The EvictionRequest of that namespace and name.
+    fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>>;
+    /// The verdict of an access check.
+    fn authorize(&self, check: &AccessCheck) -> Authorization;
+}
+
+/// A view over fixed lists of objects. With `complete = false` every lookup answers `Unknown`
+/// (offline without `--objects`).
+#[derive(Clone, Debug, Default)]
+pub struct StaticView {
+    /// Whether the lists are the whole cluster (lookups of absent objects answer `Missing`).
+    pub complete: bool,
+    /// Pods by (namespace, name).
+    pub pods: BTreeMap<(String, String), Arc<CachedPod>>,
+    /// Nodes.
+    pub nodes: Vec<Arc<Node>>,
+    /// NodeMaintenances.
+    pub node_maintenances: Vec<Arc<NodeMaintenance>>,
+    /// EvictionRequests by (namespace, name).
+    pub eviction_requests: BTreeMap<(String, String), Arc<EvictionRequest>>,
+    /// Access checks answer this (default: skipped offline).
+    pub authorization: Option<Authorization>,
+}
+
+impl StaticView {
+    /// A view that knows nothing (offline without objects).
+    pub fn unknown() -> Self {
+        Self::default()
+    }
+
+    /// A complete view holding these objects.
+    pub fn with_objects(
+        pods: impl IntoIterator<Item = CachedPod>,
+        nodes: impl IntoIterator<Item = Node>,
+        node_maintenances: impl IntoIterator<Item = NodeMaintenance>,
+        eviction_requests: impl IntoIterator<Item = EvictionRequest>,
+    ) -> Self {
+        Self {
+            complete: true,
+            pods: pods
+                .into_iter()
+                .map(|p| ((p.namespace().to_string(), p.name().to_string()), Arc::new(p.trim())))
+                .collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            node_maintenances: node_maintenances.into_iter().map(Arc::new).collect(),
+            eviction_requests: eviction_requests
+                .into_iter()
+                .map(|e| {
+                    let key = (e.metadata.namespace.clone().unwrap_or_default(), e.metadata.name.clone().unwrap_or_default());
+                    (key, Arc::new(e))
+                })
+                .collect(),
+            authorization: None,
+        }
+    }
+
+    fn lookup<T: Clone>(&self, found: Option<&T>) -> Lookup<T> {
+        match (found, self.complete) {
+            (Some(t), _) => Lookup::Found(t.clone()),
+            (None, true) => Lookup::Missing,
+            (None, false) => Lookup::Unknown,
+        }
+    }
+}
+
+impl ClusterView for StaticView {
+    fn pod(&self, namespace: &str, name: &str) -> Lookup<Arc<CachedPod>> {
+        self.lookup(self.pods.get(&(namespace.to_string(), name.to_string())))
+    }
+
+    fn nodes(&self) -> Lookup<Vec<Arc<Node>>> {
+        if self.complete { Lookup::Found(self.nodes.clone()) } else { Lookup::Unknown }
+    }
+
+    fn node_maintenances(&self) -> Lookup<Vec<Arc<NodeMaintenance>>> {
+        if self.complete { Lookup::Found(self.node_maintenances.clone()) } else { Lookup::Unknown }
+    }
+
+    fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>> {
+        self.lookup(self.eviction_requests.get(&(namespace.to_string(), name.to_string())))
+    }
+
+    fn authorize(&self, _check: &AccessCheck) -> Authorization {
+        self.authorization
+            .clone()
+            .unwrap_or_else(|| Authorization::Skipped("authorization is not checked offline".into()))
+    }
+}

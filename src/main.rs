@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", evictord::api::crds_yaml().unwrap());
+}
