@@ -169,6 +169,10 @@ pub struct PodEvictionStatus {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub failed_api_eviction_counter: i32,
+    /// When the last Eviction API call failed (EXTENSION: anchors the retry backoff, which is
+    /// derived from the counter, so that it survives restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<Time>,
 }
 
 impl EvictionRequestStatus {
