@@ -6,10 +6,11 @@
 //! the [`Settings`]: no client, no I/O. Lookups the view cannot answer (`Lookup::Unknown`,
 //! `Authorization::Skipped`) never deny on their own; they add a warning.
 
+pub mod http;
 pub mod names;
 pub mod verdict;
 
-pub use verdict::{ReviewRequest, Settings, Verdict};
+pub use verdict::{Lookups, ReviewRequest, Settings, Verdict};
 
 #[allow(unused_imports)]
 use crate::cluster::ClusterView;

@@ -30,6 +30,7 @@ pub struct NodeMaintenanceSpec {
     pub node_selector: NodeSelector,
     /// Idle → Cordon → Drain → Complete (forward only; default Idle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Idle"))]
     pub stage: Option<Stage>,
     /// The order in which pods are drained. Defaults are inserted on creation. Immutable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

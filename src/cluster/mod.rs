@@ -2,8 +2,14 @@
 //! reflectors) shared by both, and the read-only [`ClusterView`] that the pure admission rules
 //! and decisions consult.
 
+mod authz;
+mod cache;
+mod live;
 mod pod;
 mod view;
 
+pub use authz::Authorizer;
+pub use cache::{Caches, Watched};
+pub use live::{LiveContext, LiveView, prepare};
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, pod_type};
 pub use view::{AccessCheck, Authorization, ClusterView, Lookup, StaticView};

@@ -91,6 +91,12 @@ impl kube::Resource for CachedPod {
 impl CachedPod {
     /// Drops every metadata field that no decision reads, before the pod enters a cache.
     pub fn trim(mut self) -> Self {
+        self.trim_in_place();
+        self
+    }
+
+    /// [`CachedPod::trim`] in place (for watch stream modifiers).
+    pub fn trim_in_place(&mut self) {
         let m = &mut self.metadata;
         m.managed_fields = None;
         m.finalizers = None;
@@ -109,7 +115,6 @@ impl CachedPod {
             m.owner_references = (!kept.is_empty()).then_some(kept);
         }
         self.spec.workload_ref |= self.spec.scheduling_group;
-        self
     }
 
     /// Name of the pod.

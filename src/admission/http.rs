@@ -1,0 +1,229 @@
+//! The one generic HTTP handler: decode an `admission.k8s.io/v1` AdmissionReview, prepare the
+//! lookups, run the pure review, encode the answer. It holds no business logic.
+//!
+//! Rule violations are HTTP 200 with `allowed: false`; unreadable input is HTTP 400 (413 for
+//! bodies over the limit); an internal failure (caches not synced, API unreachable) is HTTP 503
+//! so that the webhook's `failurePolicy` decides.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use jiff::Timestamp;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, info_span, warn};
+
+use super::{Lookups, ReviewRequest, Settings, Verdict};
+use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
+use crate::metrics::{AdmissionLabels, metrics};
+
+/// Largest accepted request body (kube-apiserver's own limit is 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// A webhook: a resource and its pure functions.
+pub struct Webhook<K: 'static> {
+    /// Resource name, for metrics and logs (`evictionrequests`, `pods`, `nodemaintenances`).
+    pub resource: &'static str,
+    /// `validate` or `mutate`.
+    pub kind: &'static str,
+    /// The lookups the review will make (prepared by the server before calling `review`).
+    pub lookups: fn(&ReviewRequest<'_, K>, &dyn ClusterView) -> Lookups,
+    /// The review.
+    pub review: fn(&ReviewRequest<'_, K>, &dyn ClusterView, &Settings) -> Verdict,
+    /// Whether the review reads the cluster at all (if not, it runs before the caches sync).
+    pub needs_cluster: fn(&ReviewRequest<'_, K>) -> bool,
+}
+
+/// What the handler needs.
+pub struct AdmissionState {
+    /// Rule settings.
+    pub settings: Settings,
+    /// The cluster, or `None` offline.
+    pub live: Option<Arc<LiveContext>>,
+}
+
+/// Why a request could not be reviewed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The body is not a JSON AdmissionReview of `admission.k8s.io/v1`.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The caches have not synced yet.
+    #[error("watch caches are not synced yet; retry shortly")]
+    NotReady,
+    /// A live lookup or access review failed.
+    #[error("cluster lookup failed: {0}")]
+    Lookup(#[from] kube::Error),
+}
+
+impl IntoResponse for HandlerError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            HandlerError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            HandlerError::NotReady | HandlerError::Lookup(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{self}\n")).into_response()
+    }
+}
+
+/// Decodes an AdmissionReview request body.
+///
+/// # Errors
+/// `BadRequest` with a message for a wrong content type, malformed JSON, another version than
+/// `admission.k8s.io/v1`, or a missing `request`.
+pub fn decode<K>(content_type: Option<&str>, body: &[u8]) -> Result<AdmissionRequest<K>, HandlerError>
+where
+    K: kube::Resource + DeserializeOwned,
+{
+    let ct = content_type.unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(HandlerError::BadRequest(format!("Content-Type must be application/json, got {ct:?}")));
+    }
+    let review: AdmissionReview<K> =
+        serde_json::from_slice(body).map_err(|e| HandlerError::BadRequest(format!("malformed AdmissionReview: {e}")))?;
+    check_version(&review.types.api_version, &review.types.kind)?;
+    review
+        .try_into()
+        .map_err(|_| HandlerError::BadRequest("AdmissionReview has no request".into()))
+}
+
+/// Accepts only `admission.k8s.io/v1` `AdmissionReview`.
+///
+/// # Errors
+/// `BadRequest` naming what was received.
+pub fn check_version(api_version: &str, kind: &str) -> Result<(), HandlerError> {
+    if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+        return Err(HandlerError::BadRequest(format!(
+            "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got apiVersion {api_version:?} kind {kind:?} (register the webhook with admissionReviewVersions: [v1])"
+        )));
+    }
+    Ok(())
+}
+
+/// The typed view of an admission request that reviews take.
+pub fn review_request<K: kube::Resource>(req: &AdmissionRequest<K>, now: Timestamp) -> ReviewRequest<'_, K> {
+    ReviewRequest {
+        operation: req.operation.clone(),
+        sub_resource: req.sub_resource.as_deref(),
+        namespace: req.namespace.as_deref(),
+        name: &req.name,
+        object: req.object.as_ref(),
+        old_object: req.old_object.as_ref(),
+        user: &req.user_info,
+        dry_run: req.dry_run,
+        now,
+    }
+}
+
+/// Turns a verdict into the AdmissionResponse for `req` (same uid, warnings, JSONPatch).
+pub fn respond<K: kube::Resource>(req: &AdmissionRequest<K>, verdict: Verdict) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(req);
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings);
+    }
+    if let Some(message) = verdict.denied {
+        let mut denied = response.deny(message);
+        denied.result.code = 403;
+        denied.result.reason = "Forbidden".into();
+        return denied;
+    }
+    if verdict.patch.is_empty() {
+        return response;
+    }
+    match response.clone().with_patch(json_patch::Patch(verdict.patch)) {
+        Ok(r) => r,
+        // Cannot happen for JSON values; refuse rather than admit an unmutated object.
+        Err(e) => response.deny(format!("internal: encoding the patch failed: {e}")),
+    }
+}
+
+/// Runs one webhook on a decoded request against the live cluster (or offline).
+///
+/// # Errors
+/// `NotReady` before the caches synced (when the review needs the cluster), `Lookup` when a
+/// live lookup fails.
+pub async fn review_live<K>(webhook: &Webhook<K>, state: &AdmissionState, req: &AdmissionRequest<K>) -> Result<AdmissionResponse, HandlerError>
+where
+    K: kube::Resource,
+{
+    let rr = review_request(req, Timestamp::now());
+    let verdict = match &state.live {
+        Some(live) if (webhook.needs_cluster)(&rr) => {
+            if !live.caches.synced() {
+                return Err(HandlerError::NotReady);
+            }
+            let cache_view = prepare(live, &Lookups::default()).await?;
+            let lookups = (webhook.lookups)(&rr, &cache_view);
+            let view = prepare(live, &lookups).await?;
+            (webhook.review)(&rr, &view, &state.settings)
+        }
+        Some(_) => (webhook.review)(&rr, &StaticView::unknown(), &state.settings),
+        None => (webhook.review)(&rr, &StaticView::unknown(), &state.settings),
+    };
+    Ok(respond(req, verdict))
+}
+
+fn operation_label(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+async fn handle<K>(webhook: &'static Webhook<K>, state: Arc<AdmissionState>, headers: HeaderMap, body: Bytes) -> Response
+where
+    K: kube::Resource + DeserializeOwned + Send + Sync,
+{
+    let started = Instant::now();
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let (operation, verdict, response) = match decode::<K>(ct, &body) {
+        Err(e) => {
+            warn!(resource = webhook.resource, error = %e, "bad admission request");
+            ("-", "error", e.into_response())
+        }
+        Ok(req) => {
+            let op = operation_label(&req.operation);
+            let span = info_span!("admission", resource = webhook.resource, webhook = webhook.kind, operation = op, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
+            match review_live(webhook, &state, &req).instrument(span).await {
+                Ok(resp) => {
+                    let v = if resp.allowed { "allowed" } else { "denied" };
+                    (op, v, axum::Json(resp.into_review()).into_response())
+                }
+                Err(e) => {
+                    warn!(resource = webhook.resource, error = %e, "admission request failed");
+                    (op, "error", e.into_response())
+                }
+            }
+        }
+    };
+    let labels = AdmissionLabels { resource: webhook.resource, operation, verdict };
+    let m = metrics();
+    m.admission_requests.get_or_create(&labels).inc();
+    m.admission_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Adds a POST route for `webhook` at `path`.
+pub fn route<K>(router: Router<Arc<AdmissionState>>, path: &str, webhook: &'static Webhook<K>) -> Router<Arc<AdmissionState>>
+where
+    K: kube::Resource + DeserializeOwned + Send + Sync + 'static,
+{
+    router.route(
+        path,
+        post(move |State(state): State<Arc<AdmissionState>>, headers: HeaderMap, body: Bytes| handle(webhook, state, headers, body)),
+    )
+}
+
+/// The body limit layer (413 beyond [`MAX_BODY_BYTES`], without buffering the rest).
+pub fn body_limit() -> DefaultBodyLimit {
+    DefaultBodyLimit::max(MAX_BODY_BYTES)
+}

@@ -1,0 +1,160 @@
+//! The shared watch caches: one reflector per resource (pods trimmed to [`CachedPod`], nodes
+//! trimmed to name/labels/unschedulable/annotations, NodeMaintenances, EvictionRequests). The
+//! webhook reads the stores; the controllers subscribe to the change streams. `/readyz` waits
+//! for [`Caches::synced`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+use tracing::{debug, warn};
+
+use super::CachedPod;
+use crate::api::{EvictionRequest, NodeMaintenance, UNSCHEDULABLE_BEFORE_ANNOTATION};
+
+/// Capacity of each change channel; a controller that lags further behind skips to the latest
+/// changes (and its periodic resync catches up).
+const CHANGE_BUFFER: usize = 4096;
+
+/// One watched resource: its store and the stream of its changes.
+pub struct Watched<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    changes: broadcast::Sender<Arc<K>>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
+    /// The read handle of the store.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Every cached object.
+    pub fn all(&self) -> Vec<Arc<K>> {
+        self.store.state()
+    }
+
+    /// The cached object of that namespace and name.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        let mut r = ObjectRef::new(name);
+        if let Some(ns) = namespace {
+            r = r.within(ns);
+        }
+        self.store.get(&r)
+    }
+
+    /// A stream of the objects that change from now on (created, modified or deleted — a
+    /// deleted object is sent as last seen).
+    pub fn changes(&self) -> impl Stream<Item = Arc<K>> + Send + 'static
+    where
+        K: Send + Sync + 'static,
+    {
+        let rx = self.changes.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(obj) => return Some((obj, rx)),
+                    Err(broadcast::error::RecvError::Lagged(n)) => warn!(skipped = n, "change stream lagged"),
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+}
+
+/// The four shared caches.
+pub struct Caches {
+    /// Pods, trimmed.
+    pub pods: Watched<CachedPod>,
+    /// Nodes, trimmed.
+    pub nodes: Watched<Node>,
+    /// NodeMaintenances.
+    pub node_maintenances: Watched<NodeMaintenance>,
+    /// EvictionRequests.
+    pub eviction_requests: Watched<EvictionRequest>,
+    synced: AtomicBool,
+}
+
+impl Caches {
+    /// Starts the watches on `client` (spawned on the current runtime) and returns the caches.
+    /// They fill asynchronously; [`Caches::wait_synced`] waits for the initial lists.
+    pub fn start(client: &Client) -> Arc<Self> {
+        let caches = Arc::new(Self {
+            pods: spawn_watch(Api::all(client.clone()), CachedPod::trim_in_place),
+            nodes: spawn_watch(Api::all(client.clone()), trim_node),
+            node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
+            eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
+            synced: AtomicBool::new(false),
+        });
+        let c = caches.clone();
+        tokio::spawn(async move {
+            let ok = c.pods.store.wait_until_ready().await.is_ok()
+                && c.nodes.store.wait_until_ready().await.is_ok()
+                && c.node_maintenances.store.wait_until_ready().await.is_ok()
+                && c.eviction_requests.store.wait_until_ready().await.is_ok();
+            c.synced.store(ok, Ordering::Release);
+            debug!(ok, "watch caches synced");
+        });
+        caches
+    }
+
+    /// True once every store has received its initial list.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Waits until every store has received its initial list.
+    pub async fn wait_synced(&self) {
+        let _ = self.pods.store.wait_until_ready().await;
+        let _ = self.nodes.store.wait_until_ready().await;
+        let _ = self.node_maintenances.store.wait_until_ready().await;
+        let _ = self.eviction_requests.store.wait_until_ready().await;
+    }
+}
+
+fn spawn_watch<K>(api: Api<K>, trim: fn(&mut K)) -> Watched<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let (tx, _) = broadcast::channel(CHANGE_BUFFER);
+    let changes = tx.clone();
+    let kind = K::kind(&()).to_string();
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(trim)
+            .reflect(writer)
+            .touched_objects();
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                // No receivers (no controller running here) is fine.
+                Ok(obj) => drop(tx.send(Arc::new(obj))),
+                Err(e) => warn!(kind, error = %e, "watch error; retrying with backoff"),
+            }
+        }
+    });
+    Watched { store: reader, changes }
+}
+
+fn trim_meta<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// Nodes keep name, labels, the unschedulable flag and evictord's own annotation.
+fn trim_node(node: &mut Node) {
+    let m = &mut node.metadata;
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| k == UNSCHEDULABLE_BEFORE_ANNOTATION);
+    }
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable);
+    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec { unschedulable, ..Default::default() });
+    node.status = None;
+}

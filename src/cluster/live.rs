@@ -1,0 +1,101 @@
+//! [`LiveView`]: the server's [`ClusterView`] — the watch caches plus the live pod lookups and
+//! access reviews prepared for one admission request ([`prepare`]).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+
+use super::{AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup};
+use crate::admission::Lookups;
+use crate::api::{EvictionRequest, NodeMaintenance};
+
+/// What the server needs to prepare lookups.
+pub struct LiveContext {
+    /// The API client.
+    pub client: Client,
+    /// The shared caches.
+    pub caches: Arc<Caches>,
+    /// Access reviews.
+    pub authorizer: Authorizer,
+}
+
+/// The caches plus the lookups prepared for one request.
+pub struct LiveView<'a> {
+    caches: &'a Caches,
+    pods: Vec<((String, String), Lookup<Arc<CachedPod>>)>,
+    checks: Vec<(AccessCheck, Authorization)>,
+}
+
+/// Prepares the lookups of one review: confirms pod cache misses or UID mismatches with a live
+/// GET and runs the access reviews (the fallback ones only when a first one is denied).
+///
+/// # Errors
+/// When the API cannot be reached; the request then fails with 5xx and the webhook's
+/// `failurePolicy` decides.
+pub async fn prepare<'a>(ctx: &'a LiveContext, lookups: &Lookups) -> Result<LiveView<'a>, kube::Error> {
+    let mut view = LiveView { caches: &ctx.caches, pods: Vec::new(), checks: Vec::new() };
+    for (namespace, name, uid) in &lookups.pods {
+        let cached = ctx.caches.pods.get(Some(namespace), name);
+        let confirmed = match cached {
+            Some(pod) if uid.as_deref().is_none_or(|u| pod.uid() == u) => Lookup::Found(pod),
+            _ => {
+                let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), namespace);
+                match api.get_opt(name).await? {
+                    Some(pod) => Lookup::Found(Arc::new(pod.trim())),
+                    None => Lookup::Missing,
+                }
+            }
+        };
+        view.pods.push(((namespace.clone(), name.clone()), confirmed));
+    }
+    let mut any_denied = false;
+    for check in &lookups.checks {
+        let verdict = ctx.authorizer.check(check).await?;
+        any_denied |= matches!(verdict, Authorization::Denied(_));
+        view.checks.push((check.clone(), verdict));
+    }
+    if any_denied {
+        for check in &lookups.fallback_checks {
+            let verdict = ctx.authorizer.check(check).await?;
+            view.checks.push((check.clone(), verdict));
+        }
+    }
+    Ok(view)
+}
+
+impl ClusterView for LiveView<'_> {
+    fn pod(&self, namespace: &str, name: &str) -> Lookup<Arc<CachedPod>> {
+        if let Some((_, l)) = self.pods.iter().find(|((ns, n), _)| ns == namespace && n == name) {
+            return l.clone();
+        }
+        match self.caches.pods.get(Some(namespace), name) {
+            Some(p) => Lookup::Found(p),
+            None => Lookup::Missing,
+        }
+    }
+
+    fn nodes(&self) -> Lookup<Vec<Arc<Node>>> {
+        Lookup::Found(self.caches.nodes.all())
+    }
+
+    fn node_maintenances(&self) -> Lookup<Vec<Arc<NodeMaintenance>>> {
+        Lookup::Found(self.caches.node_maintenances.all())
+    }
+
+    fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>> {
+        match self.caches.eviction_requests.get(Some(namespace), name) {
+            Some(e) => Lookup::Found(e),
+            None => Lookup::Missing,
+        }
+    }
+
+    fn authorize(&self, check: &AccessCheck) -> Authorization {
+        self.checks
+            .iter()
+            .find(|(c, _)| c == check)
+            .map(|(_, v)| v.clone())
+            // A check the review did not announce was not prepared: refuse rather than allow.
+            .unwrap_or_else(|| Authorization::Denied("internal: access check was not prepared".into()))
+    }
+}

@@ -1,0 +1,173 @@
+//! Prometheus metrics: admission requests and the controllers (names of the KEP where it names
+//! them). Labels take few values and come from `&'static str` matches, never object names.
+
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of admission metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `evictionrequests`, `pods`, `nodemaintenances`.
+    pub resource: &'static str,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`, `-` when unknown.
+    pub operation: &'static str,
+    /// `allowed`, `denied`, `error`.
+    pub verdict: &'static str,
+}
+
+/// Label `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// e.g. `success`, `failure`.
+    pub result: &'static str,
+}
+
+/// Label `controller`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// `evictionrequest` or `nodemaintenance`.
+    pub controller: &'static str,
+}
+
+/// Label `interceptor` (the bounded set of interceptor names is operator-defined).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InterceptorLabel {
+    /// Interceptor name.
+    pub interceptor: String,
+}
+
+/// Labels `interceptor`, `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessedLabels {
+    /// Interceptor name.
+    pub interceptor: String,
+    /// `completed` or `timed_out`.
+    pub reason: &'static str,
+}
+
+/// Label `requester`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequesterLabel {
+    /// Requester name.
+    pub requester: String,
+}
+
+/// Label `stage`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    /// NodeMaintenance stage.
+    pub stage: &'static str,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    /// Admission requests by resource, operation and verdict.
+    pub admission_requests: Family<AdmissionLabels, Counter>,
+    /// Admission latency by resource, operation and verdict.
+    pub admission_duration: Family<AdmissionLabels, Histogram>,
+    /// API-initiated evictions by result.
+    pub imperative_evictions: Family<ResultLabel, Counter>,
+    /// Requests whose active interceptor is this one.
+    pub active_interceptor: Family<InterceptorLabel, Gauge>,
+    /// Interceptors processed, by reason.
+    pub processed_interceptor: Family<ProcessedLabels, Counter>,
+    /// Open requests per requester.
+    pub active_requester: Family<RequesterLabel, Gauge>,
+    /// Interceptors declared per pod.
+    pub pod_interceptors: Histogram,
+    /// Reconcile duration per controller.
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    /// Reconcile errors (retried) per controller.
+    pub reconcile_retries: Family<ControllerLabel, Counter>,
+    /// Objects waiting in a controller's queue.
+    pub queue_depth: Family<ControllerLabel, Gauge>,
+    /// NodeMaintenances per stage.
+    pub maintenances: Family<StageLabel, Gauge>,
+    /// Targeted pods without an EvictionRequest yet.
+    pub pods_pending_evacuation: Gauge,
+    /// Targeted pods with an EvictionRequest.
+    pub pods_evacuating: Gauge,
+    /// Time from the Drain stage to Drained.
+    pub drain_duration: Histogram,
+    registry: Registry,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut m = Self {
+            admission_requests: Family::default(),
+            admission_duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            imperative_evictions: Family::default(),
+            active_interceptor: Family::default(),
+            processed_interceptor: Family::default(),
+            active_requester: Family::default(),
+            pod_interceptors: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 16.0]),
+            reconcile_duration: Family::new_with_constructor(reconcile_histogram as fn() -> Histogram),
+            reconcile_retries: Family::default(),
+            queue_depth: Family::default(),
+            maintenances: Family::default(),
+            pods_pending_evacuation: Gauge::default(),
+            pods_evacuating: Gauge::default(),
+            drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            registry: Registry::default(),
+        };
+        let r = &mut m.registry;
+        r.register("evictord_admission_requests", "Admission requests by resource, operation and verdict", m.admission_requests.clone());
+        r.register("evictord_admission_duration_seconds", "Admission review latency", m.admission_duration.clone());
+        r.register("evictionrequest_controller_imperative_evictions", "API-initiated evictions by result", m.imperative_evictions.clone());
+        r.register("evictionrequest_controller_active_interceptor", "EvictionRequests whose active interceptor is this one", m.active_interceptor.clone());
+        r.register("evictionrequest_controller_processed_interceptor", "Interceptors that finished their turn, by reason", m.processed_interceptor.clone());
+        r.register("evictionrequest_controller_active_requester", "Open EvictionRequests per requester", m.active_requester.clone());
+        r.register("evictionrequest_controller_pod_interceptors", "Interceptors declared per pod", m.pod_interceptors.clone());
+        r.register("evictord_reconcile_duration_seconds", "Reconcile duration per controller", m.reconcile_duration.clone());
+        r.register("evictord_reconcile_retries", "Failed reconciles (retried) per controller", m.reconcile_retries.clone());
+        r.register("evictord_queue_depth", "Objects queued for reconcile per controller", m.queue_depth.clone());
+        r.register("nodemaintenance_controller_maintenances", "NodeMaintenances per stage", m.maintenances.clone());
+        r.register("nodemaintenance_controller_pods_pending_evacuation", "Targeted pods without an EvictionRequest", m.pods_pending_evacuation.clone());
+        r.register("nodemaintenance_controller_pods_evacuating", "Targeted pods with an EvictionRequest", m.pods_evacuating.clone());
+        r.register("nodemaintenance_controller_drain_duration_seconds", "Time from the Drain stage to Drained", m.drain_duration.clone());
+        m
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Arc<Metrics> {
+    static METRICS: OnceLock<Arc<Metrics>> = OnceLock::new();
+    METRICS.get_or_init(|| Arc::new(Metrics::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_exposed() {
+        let m = metrics();
+        m.imperative_evictions.get_or_create(&ResultLabel { result: "success" }).inc();
+        let text = m.encode();
+        assert!(text.contains("evictionrequest_controller_imperative_evictions_total{result=\"success\"}"), "{text}");
+        assert!(text.contains("# TYPE evictord_admission_duration_seconds histogram"));
+    }
+}

@@ -1,0 +1,175 @@
+//! `evictord serve`: wiring of the webhook server (HTTPS, rustls), the probe/metrics server
+//! (plain HTTP), the shared caches, the certificates and the controllers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::admission::http::AdmissionState;
+use crate::cli::ServeArgs;
+use crate::cluster::{Authorizer, Caches, LiveContext};
+use crate::metrics::metrics;
+
+/// Connects to the cluster. An explicit `--kubeconfig` must work; otherwise the inferred
+/// configuration is tried and, when it fails, `None` means offline mode.
+///
+/// # Errors
+/// When an explicitly given kubeconfig cannot be loaded or its server cannot be reached.
+pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Option<Client>> {
+    let explicit = kubeconfig.is_some();
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.context("loading kubeconfig")?
+        }
+        None => match kube::Config::infer().await {
+            Ok(c) => c,
+            Err(e) => {
+                info!(reason = %e, "no cluster configuration found");
+                return Ok(None);
+            }
+        },
+    };
+    let client = Client::try_from(config).context("building the Kubernetes client")?;
+    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(v)) => {
+            info!(version = %v.git_version, "connected to kube-apiserver");
+            Ok(Some(client))
+        }
+        Ok(Err(e)) if explicit => Err(e).context("kube-apiserver from --kubeconfig is not reachable"),
+        Err(_) if explicit => anyhow::bail!("kube-apiserver from --kubeconfig did not answer within 10s"),
+        Ok(Err(e)) => {
+            info!(reason = %e, "the inferred cluster is not reachable");
+            Ok(None)
+        }
+        Err(_) => {
+            info!("the inferred cluster did not answer within 10s");
+            Ok(None)
+        }
+    }
+}
+
+struct ProbeState {
+    caches: Option<Arc<Caches>>,
+    shutting_down: AtomicBool,
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<Arc<ProbeState>>) -> impl IntoResponse {
+    if s.shutting_down.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    match &s.caches {
+        Some(c) if !c.synced() => (StatusCode::SERVICE_UNAVAILABLE, "watch caches not synced\n"),
+        _ => (StatusCode::OK, "ok\n"),
+    }
+}
+
+async fn metrics_text() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics().encode())
+}
+
+/// Runs `evictord serve` until SIGTERM/SIGINT.
+///
+/// # Errors
+/// When the cluster from `--kubeconfig` is unreachable, the certificates cannot be obtained, or
+/// an address cannot be bound.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let client = connect(args.kubeconfig.as_deref()).await?;
+    if client.is_none() {
+        warn!(
+            "OFFLINE MODE: no cluster configuration works; serving only the admission rules that need no cluster \
+             (lookups answer \"unknown\" and never deny on their own); controllers are not running"
+        );
+    }
+    let shutdown = CancellationToken::new();
+
+    let tls = crate::certs::obtain(&args, client.as_ref()).await?;
+    let rustls = RustlsConfig::from_config(tls.server_config()?);
+
+    let caches = client.as_ref().map(Caches::start);
+    let live = match (&client, &caches) {
+        (Some(c), Some(caches)) => Some(Arc::new(LiveContext { client: c.clone(), caches: caches.clone(), authorizer: Authorizer::new(c.clone()) })),
+        _ => None,
+    };
+    let state = Arc::new(AdmissionState { settings: args.rules.settings(), live });
+    let app = crate::admission::webhooks::router(state);
+
+    let probe_state = Arc::new(ProbeState { caches: caches.clone(), shutting_down: AtomicBool::new(false) });
+    let probes = Router::new()
+        .route("/livez", get(livez))
+        .route("/healthz", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(probe_state.clone());
+    let probe_listener = tokio::net::TcpListener::bind(args.probe_addr).await.with_context(|| format!("binding {}", args.probe_addr))?;
+    info!(addr = %args.probe_addr, "serving /livez, /readyz and /metrics over HTTP");
+    let probe_shutdown = shutdown.clone();
+    let probe_task = tokio::spawn(async move {
+        axum::serve(probe_listener, probes).with_graceful_shutdown(async move { probe_shutdown.cancelled().await }).await
+    });
+
+    let handle = Handle::new();
+    let webhook_listener = std::net::TcpListener::bind(args.webhook_addr).with_context(|| format!("binding {}", args.webhook_addr))?;
+    webhook_listener.set_nonblocking(true)?;
+    info!(addr = %args.webhook_addr, "serving the admission webhook over HTTPS");
+    let server = axum_server::from_tcp_rustls(webhook_listener, rustls.clone())?.handle(handle.clone()).serve(app.into_make_service());
+    let server_task = tokio::spawn(server);
+
+    let cert_task = tokio::spawn(crate::certs::keep_fresh(tls, rustls, shutdown.clone()));
+
+    let controllers = match (&client, &caches) {
+        (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::run(c.clone(), caches.clone(), args.clone(), shutdown.clone()))),
+        _ => None,
+    };
+
+    wait_for_signal().await;
+    info!("shutting down: refusing new work, finishing in-flight requests");
+    probe_state.shutting_down.store(true, Ordering::Release);
+    shutdown.cancel();
+    handle.graceful_shutdown(Some(Duration::from_secs(20)));
+    if let Some(c) = controllers {
+        let _ = tokio::time::timeout(Duration::from_secs(10), c).await;
+    }
+    let _ = server_task.await;
+    cert_task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), probe_task).await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
