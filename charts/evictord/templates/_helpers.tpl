@@ -1,0 +1,122 @@
+{{/*
+Chart name, truncated to 63 characters (a DNS label).
+*/}}
+{{- define "evictord.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or the release name alone when it already contains the chart name.
+Truncated to 56 characters so that "<fullname>-tls" and similar suffixes stay within 63.
+*/}}
+{{- define "evictord.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 56 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 56 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 56 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart label value: <chart>-<version>.
+*/}}
+{{- define "evictord.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "evictord.labels" -}}
+helm.sh/chart: {{ include "evictord.chart" . }}
+{{ include "evictord.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/component: controller
+app.kubernetes.io/part-of: evictord
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels (immutable on the Deployment: keep them to name and instance).
+*/}}
+{{- define "evictord.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "evictord.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount.
+*/}}
+{{- define "evictord.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "evictord.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the Secret holding the CA and the serving certificate.
+*/}}
+{{- define "evictord.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "evictord.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{/*
+Name of the leader election Lease.
+*/}}
+{{- define "evictord.leaseName" -}}
+{{- printf "%s-leader" (include "evictord.fullname" .) }}
+{{- end }}
+
+{{/*
+Name of both webhook configurations (validating and mutating), which evictord patches the caBundle of.
+*/}}
+{{- define "evictord.webhookConfigName" -}}
+{{- include "evictord.fullname" . }}
+{{- end }}
+
+{{/*
+Image reference: repository@digest, or repository:tag (tag defaults to the appVersion).
+*/}}
+{{- define "evictord.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+clientConfig of one webhook; call with (dict "ctx" $ "path" "/validate/...").
+caBundle is left out when evictord patches it in, so that a `helm upgrade` does not wipe the
+patched value with an empty one (server-side, an absent field in a three-way merge is kept).
+*/}}
+{{- define "evictord.webhookClientConfig" -}}
+{{- $ctx := .ctx -}}
+clientConfig:
+  service:
+    name: {{ include "evictord.fullname" $ctx }}
+    namespace: {{ $ctx.Release.Namespace }}
+    path: {{ .path }}
+    port: {{ $ctx.Values.service.port }}
+  {{- if not $ctx.Values.tls.patchCABundle }}
+  {{- $ca := required "tls.caBundle is required when tls.patchCABundle is false" $ctx.Values.tls.caBundle }}
+  caBundle: {{ if hasPrefix "-----BEGIN" (trim $ca) }}{{ $ca | b64enc }}{{ else }}{{ $ca | trim }}{{ end }}
+  {{- end }}
+{{- end }}
+
+{{/*
+Whether the pod webhook gets its matchConditions: asked for, and the server is not known to be
+older than 1.27 (which has no such field).
+*/}}
+{{- define "evictord.matchConditions" -}}
+{{- if and .Values.webhook.matchConditions.enabled (semverCompare ">=1.27.0-0" .Capabilities.KubeVersion.Version) }}true{{- end }}
+{{- end }}
