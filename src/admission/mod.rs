@@ -8,6 +8,9 @@
 
 pub mod http;
 pub mod names;
+pub mod offline;
+pub mod webhooks;
+pub mod registration;
 pub mod verdict;
 
 pub use verdict::{Lookups, ReviewRequest, Settings, Verdict};

@@ -1,0 +1,120 @@
+//! `evictord review`: one AdmissionReview reviewed offline by the same webhooks the server
+//! runs, against a cluster view built from a file of objects (or an unknown cluster). For a
+//! NodeMaintenance CREATE it does what kube-apiserver does: mutate, apply the patch, validate.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use serde::de::DeserializeOwned;
+
+use super::http::{Webhook, check_version, respond, review_request};
+use super::webhooks::{MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS};
+use super::{Settings, Verdict, node_maintenance};
+use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::cluster::{CachedPod, StaticView};
+
+/// Errors of the offline review.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The input is not YAML/JSON.
+    #[error("the input is not JSON or YAML: {0}")]
+    Parse(#[from] serde_yaml::Error),
+    /// The input is not an AdmissionReview this server handles.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The request object does not match its resource's schema.
+    #[error("the AdmissionReview request does not decode: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+/// Builds the cluster view from a multi-document YAML/JSON file of Pods, Nodes,
+/// EvictionRequests and NodeMaintenances (a `List` document is unrolled).
+///
+/// # Errors
+/// When a document does not parse or has another kind.
+pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
+    let (mut pods, mut nodes, mut nms, mut ers) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut docs: Vec<serde_json::Value> = Vec::new();
+    for doc in serde_yaml::Deserializer::from_slice(bytes) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        match v.get("kind").and_then(|k| k.as_str()) {
+            Some(k) if k.ends_with("List") => docs.extend(v.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default()),
+            _ if v.is_null() => {}
+            _ => docs.push(v),
+        }
+    }
+    for v in docs {
+        match v.get("kind").and_then(|k| k.as_str()) {
+            Some("Pod") => pods.push(serde_json::from_value::<CachedPod>(v)?),
+            Some("Node") => nodes.push(serde_json::from_value::<Node>(v)?),
+            Some("NodeMaintenance") => nms.push(serde_json::from_value::<NodeMaintenance>(v)?),
+            Some("EvictionRequest") => ers.push(serde_json::from_value::<EvictionRequest>(v)?),
+            other => return Err(Error::Unsupported(format!("--objects: unsupported kind {other:?} (Pod, Node, EvictionRequest, NodeMaintenance)"))),
+        }
+    }
+    Ok(StaticView::with_objects(pods, nodes, nms, ers))
+}
+
+fn decode<K: kube::Resource + DeserializeOwned>(review: serde_json::Value) -> Result<AdmissionRequest<K>, Error> {
+    let typed: AdmissionReview<K> = serde_json::from_value(review)?;
+    typed.try_into().map_err(|_| Error::Unsupported("the AdmissionReview has no request".into()))
+}
+
+fn run<K: kube::Resource + DeserializeOwned>(
+    webhook: &Webhook<K>,
+    review: serde_json::Value,
+    view: &StaticView,
+    now: Timestamp,
+    settings: &Settings,
+) -> Result<AdmissionReview<DynamicObject>, Error> {
+    let req = decode::<K>(review)?;
+    let verdict = (webhook.review)(&review_request(&req, now), view, settings);
+    Ok(respond(&req, verdict).into_review())
+}
+
+/// Reviews one AdmissionReview (JSON or YAML) and returns the response AdmissionReview.
+///
+/// # Errors
+/// When the input or the objects cannot be read, or the resource is not one evictord serves.
+pub fn review(input: &[u8], objects: Option<&[u8]>, now: Timestamp, settings: &Settings) -> Result<AdmissionReview<DynamicObject>, Error> {
+    let value: serde_json::Value = serde_yaml::from_slice(input)?;
+    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
+    let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
+    check_version(api_version, kind).map_err(|e| Error::Unsupported(e.to_string()))?;
+    let view = match objects {
+        Some(bytes) => view_from_objects(bytes)?,
+        None => StaticView::unknown(),
+    };
+    let resource = value.pointer("/request/resource/resource").and_then(|r| r.as_str()).unwrap_or_default().to_string();
+    match resource.as_str() {
+        "evictionrequests" => run(&VALIDATE_EVICTION_REQUESTS, value, &view, now, settings),
+        "pods" => run(&VALIDATE_PODS, value, &view, now, settings),
+        "nodemaintenances" => review_node_maintenance(value, &view, now, settings),
+        other => Err(Error::Unsupported(format!("resource {other:?} is not reviewed by evictord (evictionrequests, pods, nodemaintenances)"))),
+    }
+}
+
+/// Mutating review, patch applied, then validating review — one response carrying the patch,
+/// the warnings of both and the final verdict.
+fn review_node_maintenance(value: serde_json::Value, view: &StaticView, now: Timestamp, settings: &Settings) -> Result<AdmissionReview<DynamicObject>, Error> {
+    let mut req = decode::<NodeMaintenance>(value)?;
+    if req.operation != Operation::Create {
+        let verdict = (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
+        return Ok(respond(&req, verdict).into_review());
+    }
+    let mutation = (MUTATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
+    if let (Some(obj), false) = (req.object.as_ref(), mutation.patch.is_empty()) {
+        let patched = node_maintenance::apply_patch(obj, &mutation.patch).map_err(Error::Unsupported)?;
+        req.object = Some(patched);
+    }
+    let validation = (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
+    let mut warnings = mutation.warnings;
+    warnings.extend(validation.warnings);
+    let verdict = Verdict {
+        denied: mutation.denied.or(validation.denied),
+        warnings,
+        patch: mutation.patch,
+    };
+    Ok(respond(&req, verdict).into_review())
+}

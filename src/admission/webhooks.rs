@@ -1,0 +1,87 @@
+//! The four webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating) and the
+//! router that serves them, one typed route each, all through the one generic handler.
+
+use std::sync::Arc;
+
+use axum::Router;
+
+use super::http::{AdmissionState, Webhook, body_limit, route};
+use super::registration::{PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_PODS};
+use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod};
+use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::cluster::{CachedPod, ClusterView};
+
+fn eviction_request_lookups(req: &ReviewRequest<'_, EvictionRequest>, _view: &dyn ClusterView) -> Lookups {
+    let uid = req.object.or(req.old_object).map(|o| o.spec.target.pod.uid.clone());
+    Lookups {
+        pods: eviction_request::target_pod(req).map(|(ns, name)| (ns, name, uid)).into_iter().collect(),
+        checks: eviction_request::access_checks(req),
+        fallback_checks: Vec::new(),
+    }
+}
+
+fn node_maintenance_lookups(req: &ReviewRequest<'_, NodeMaintenance>, view: &dyn ClusterView) -> Lookups {
+    if !node_maintenance::needs_node_authorization(req) {
+        return Lookups::default();
+    }
+    let (cluster_wide, per_node) = node_maintenance::node_access_checks(req, view);
+    Lookups { pods: Vec::new(), checks: vec![cluster_wide], fallback_checks: per_node }
+}
+
+fn no_lookups<K>(_: &ReviewRequest<'_, K>, _: &dyn ClusterView) -> Lookups {
+    Lookups::default()
+}
+
+fn always<K>(_: &ReviewRequest<'_, K>) -> bool {
+    true
+}
+
+fn never<K>(_: &ReviewRequest<'_, K>) -> bool {
+    false
+}
+
+/// Validates EvictionRequests (main resource and status).
+pub static VALIDATE_EVICTION_REQUESTS: Webhook<EvictionRequest> = Webhook {
+    resource: "evictionrequests",
+    kind: "validate",
+    lookups: eviction_request_lookups,
+    review: eviction_request::review_eviction_request,
+    needs_cluster: always,
+};
+
+/// Validates the interceptor annotation of Pods (needs no cluster).
+pub static VALIDATE_PODS: Webhook<CachedPod> = Webhook {
+    resource: "pods",
+    kind: "validate",
+    lookups: no_lookups,
+    review: |req, _view, settings| pod::review_pod(req, settings),
+    needs_cluster: never,
+};
+
+/// Validates NodeMaintenances.
+pub static VALIDATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
+    resource: "nodemaintenances",
+    kind: "validate",
+    lookups: node_maintenance_lookups,
+    review: node_maintenance::review_node_maintenance,
+    needs_cluster: always,
+};
+
+/// Defaults NodeMaintenances on creation (needs no cluster).
+pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
+    resource: "nodemaintenances",
+    kind: "mutate",
+    lookups: no_lookups,
+    review: |req, _view, _settings| node_maintenance::mutate_node_maintenance(req),
+    needs_cluster: never,
+};
+
+/// The webhook router (POST routes, 3 MiB body limit).
+pub fn router(state: Arc<AdmissionState>) -> Router {
+    let r = Router::new();
+    let r = route(r, PATH_VALIDATE_EVICTION_REQUESTS, &VALIDATE_EVICTION_REQUESTS);
+    let r = route(r, PATH_VALIDATE_PODS, &VALIDATE_PODS);
+    let r = route(r, PATH_VALIDATE_NODE_MAINTENANCES, &VALIDATE_NODE_MAINTENANCES);
+    let r = route(r, PATH_MUTATE_NODE_MAINTENANCES, &MUTATE_NODE_MAINTENANCES);
+    r.layer(body_limit()).with_state(state)
+}
