@@ -7,6 +7,8 @@
 //! `Authorization::Skipped`) never deny on their own; they add a warning.
 
 pub mod names;
+pub mod node_maintenance;
+pub mod pod;
 pub mod verdict;
 
 pub use verdict::{ReviewRequest, Settings, Verdict};
