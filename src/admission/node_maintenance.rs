@@ -12,12 +12,15 @@
 //! - N4 UPDATE: plan immutable; selector immutable once not Idle; stage forward only —
 //!   `spec_rules`.
 //! - N5 warnings: the selector matches every node, no node, control-plane nodes — `nodes`.
-//! - N6 the user may delete every selected node — `nodes`.
+//! - N6 the user may delete every selected node (on UPDATE: of the new and, if it changed, the
+//!   old selector) — `nodes`. Only writes that can change what happens to nodes are checked:
+//!   see [`needs_node_authorization`].
 //!
 //! On UPDATE only the fields that changed are validated again (ratcheting, as kube-apiserver
 //! does for CRD schemas): an object admitted under older rules can still be moved to Complete
 //! and have its finalizer removed. Writes of the `status` sub-resource carry the old spec, so
-//! they pass the spec rules unchanged, and they are not subject to N5 or N6.
+//! they pass the spec rules unchanged, and they are not subject to N5 or N6. N5 warnings are
+//! repeated on UPDATE only when the selector or the stage changes (except to Complete).
 
 mod drain_plan;
 #[cfg(test)]

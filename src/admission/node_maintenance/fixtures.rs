@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, Time,
 };
 use kube::core::admission::Operation;
 
@@ -48,6 +48,10 @@ pub trait NmBuilder: Sized {
     fn plan(self, plan: &[DrainPlanEntry]) -> Self;
     /// Sets the reason.
     fn reason(self, reason: &str) -> Self;
+    /// Adds a label (a metadata-only change).
+    fn labelled(self) -> Self;
+    /// Marks the object as being deleted.
+    fn deleting(self) -> Self;
 }
 
 impl NmBuilder for NodeMaintenance {
@@ -100,6 +104,16 @@ impl NmBuilder for NodeMaintenance {
 
     fn reason(mut self, reason: &str) -> Self {
         self.spec.reason = Some(reason.into());
+        self
+    }
+
+    fn labelled(mut self) -> Self {
+        self.metadata.labels = Some(pairs(&[("ticket", "ops-42")]));
+        self
+    }
+
+    fn deleting(mut self) -> Self {
+        self.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         self
     }
 }

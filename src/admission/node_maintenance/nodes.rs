@@ -88,13 +88,28 @@ pub(super) fn warn_about_selected_nodes(
     }
 }
 
-/// True when the request is subject to rule N6: every create, update and delete of the resource
-/// itself; writes of the `status` sub-resource (by the controller) are not.
+/// True when the request is subject to rule N6: every CREATE and DELETE, and every UPDATE that
+/// changes the spec of a maintenance not being deleted — that is, every write that decides
+/// which nodes are cordoned and drained, or when.
+///
+/// Not subject, because they cannot change what happens to any node: writes of the `status`
+/// sub-resource; UPDATEs that change only metadata (labels, the finalizer the controller adds
+/// when the stage leaves Idle); and UPDATEs of a maintenance whose deletion has started, which
+/// the deleting user was already authorized for — there N4 leaves only the move to Complete and
+/// the removal of the finalizer, both done by the controller, whose service account is not
+/// allowed to delete nodes.
 pub fn needs_node_authorization(req: &ReviewRequest<'_, NodeMaintenance>) -> bool {
-    matches!(
-        req.operation,
-        Operation::Create | Operation::Update | Operation::Delete
-    ) && !req.is_status()
+    if req.is_status() {
+        return false;
+    }
+    match (&req.operation, req.old_object, req.object) {
+        (Operation::Create | Operation::Delete, _, _) => true,
+        (Operation::Update, Some(old), Some(new)) => {
+            old.metadata.deletion_timestamp.is_none() && old.spec != new.spec
+        }
+        (Operation::Update, _, _) => true,
+        (Operation::Connect, _, _) => false,
+    }
 }
 
 /// The selectors whose nodes the user must be allowed to delete: the new object's on CREATE,
@@ -279,12 +294,22 @@ mod tests {
     }
 
     #[test]
-    fn status_writes_need_no_node_authorization() {
-        let call = update(nm(), nm().stage(Stage::Cordon));
-        assert!(needs_node_authorization(&call.request()));
-        assert!(!needs_node_authorization(
-            &update(nm(), nm()).status().request()
-        ));
+    fn node_authorization_only_for_writes_that_change_what_happens_to_nodes() {
+        let deleting = || nm().stage(Stage::Drain).deleting();
+        let mut finalized = nm().stage(Stage::Cordon);
+        finalized.metadata.finalizers = Some(vec![crate::api::MAINTENANCE_FINALIZER.into()]);
+        let rows = [
+            (create(nm()), true),
+            (delete(nm()), true),
+            (update(nm(), nm().stage(Stage::Cordon)), true),
+            (update(nm(), nm().select_nodes(&["b"])), true),
+            (update(nm(), nm().stage(Stage::Cordon)).status(), false),
+            (update(nm().stage(Stage::Cordon), finalized), false),
+            (update(deleting(), deleting().stage(Stage::Complete)), false),
+        ];
+        for (i, (call, want)) in rows.into_iter().enumerate() {
+            assert_eq!(needs_node_authorization(&call.request()), want, "row {i}");
+        }
     }
 
     #[test]

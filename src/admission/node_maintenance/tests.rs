@@ -65,6 +65,8 @@ fn plan_with(extra: &[crate::api::DrainPlanEntry]) -> Vec<crate::api::DrainPlanE
 #[case::n6_update_releasing_nodes_denied(update(nm().select_nodes(&["b"]), nm().select_nodes(&["a"])), three_nodes().may_delete_only(&["a"]), Some("may not delete nodes b"), &[])]
 #[case::n6_delete_denied(delete(nm().select_nodes(&["a", "b"])), three_nodes().may_delete_only(&["b"]), Some("may not delete nodes a selected by this NodeMaintenance, so may not delete it (rule N6"), &[])]
 #[case::n6_delete_allowed(delete(nm().select_nodes(&["a", "b"])), three_nodes().may_delete_only(&["a", "b"]), None, &[])]
+#[case::n6_metadata_update_allowed(update(nm().stage(Stage::Cordon), nm().stage(Stage::Cordon).labelled()), three_nodes().may_delete_only(&[]), None, &[])]
+#[case::n6_controller_completes_deleting_allowed(update(nm().stage(Stage::Drain).deleting(), nm().stage(Stage::Complete).deleting()), three_nodes().may_delete_only(&[]), None, &[])]
 #[case::n6_status_write_allowed(update(nm(), nm()).status(), three_nodes().may_delete_only(&[]), None, &[])]
 #[case::n6_skipped_warned(create(nm()), three_nodes().cluster_wide(Authorization::Skipped("offline".into())), None, &["permission to delete the selected nodes was not checked (rule N6): offline"])]
 #[case::n6_unknown_nodes_warned(create(nm()), offline().cluster_wide(Authorization::Denied("no".into())), None, &["skipped (rule N5)", "the nodes are unknown, so permission to delete the selected nodes was not checked (rule N6)"])]
