@@ -159,10 +159,10 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(p) = prefix {
-        if p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label) {
-            return Err(format!("prefix {p:?} must be a DNS subdomain"));
-        }
+    if let Some(p) = prefix
+        && (p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label))
+    {
+        return Err(format!("prefix {p:?} must be a DNS subdomain"));
     }
     if name.is_empty() || name.len() > 63 || !is_label_name(name) {
         return Err(format!("name part {name:?} must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"));

@@ -2,18 +2,18 @@
 //! and one thin generic HTTP handler that decodes an AdmissionReview, calls the review and
 //! encodes the answer.
 //!
-//! A review is a synchronous function of the request, a read-only [`ClusterView`], the time and
-//! the [`Settings`]: no client, no I/O. Lookups the view cannot answer (`Lookup::Unknown`,
-//! `Authorization::Skipped`) never deny on their own; they add a warning.
+//! A review is a synchronous function of the request, a read-only
+//! [`ClusterView`](crate::cluster::ClusterView), the time and the [`Settings`]: no client, no
+//! I/O. Lookups the view cannot answer (`Lookup::Unknown`, `Authorization::Skipped`) never deny
+//! on their own; they add a warning.
 
 pub mod http;
 pub mod names;
+pub mod node_maintenance;
 pub mod offline;
-pub mod webhooks;
+pub mod pod;
 pub mod registration;
 pub mod verdict;
+pub mod webhooks;
 
 pub use verdict::{Lookups, ReviewRequest, Settings, Verdict};
-
-#[allow(unused_imports)]
-use crate::cluster::ClusterView;
