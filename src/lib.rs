@@ -5,3 +5,4 @@ pub mod api;
 pub mod cluster;
 pub mod selector;
 pub mod admission;
+pub mod controller;
