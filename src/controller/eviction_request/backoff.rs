@@ -22,13 +22,20 @@ pub fn backoff(counter: i32, base: Duration, cap: Duration) -> Duration {
 
 /// When the next Eviction API call may be made: `lastFailureTime + backoff(counter)`. `None`
 /// when no failure is recorded (or its time is unknown), i.e. an attempt may be made now.
-pub fn next_attempt_at(status: &EvictionRequestStatus, base: Duration, cap: Duration) -> Option<Timestamp> {
+pub fn next_attempt_at(
+    status: &EvictionRequestStatus,
+    base: Duration,
+    cap: Duration,
+) -> Option<Timestamp> {
     let eviction = status.pod_eviction_status.as_ref()?;
     if eviction.failed_api_eviction_counter <= 0 {
         return None;
     }
     let last = eviction.last_failure_time.as_ref()?;
-    Some(add(last.0, backoff(eviction.failed_api_eviction_counter, base, cap)))
+    Some(add(
+        last.0,
+        backoff(eviction.failed_api_eviction_counter, base, cap),
+    ))
 }
 
 #[cfg(test)]
@@ -59,7 +66,10 @@ mod tests {
 
     #[test]
     fn base_above_cap_is_capped() {
-        assert_eq!(backoff(1, Duration::from_secs(5), Duration::from_secs(2)), Duration::from_secs(2));
+        assert_eq!(
+            backoff(1, Duration::from_secs(5), Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
     }
 
     #[rstest]
@@ -69,7 +79,10 @@ mod tests {
     #[case::first_failure(Some((1, Some(100))), Some(t(101)))]
     #[case::resumes_after_restart(Some((4, Some(100))), Some(t(108)))]
     #[case::capped(Some((20, Some(100))), Some(t(1100)))]
-    fn next_attempt_rows(#[case] eviction: Option<(i32, Option<i64>)>, #[case] expected: Option<Timestamp>) {
+    fn next_attempt_rows(
+        #[case] eviction: Option<(i32, Option<i64>)>,
+        #[case] expected: Option<Timestamp>,
+    ) {
         let status = EvictionRequestStatus {
             pod_eviction_status: eviction.map(|(counter, at)| PodEvictionStatus {
                 failed_api_eviction_counter: counter,

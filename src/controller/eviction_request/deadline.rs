@@ -29,13 +29,20 @@ pub fn heartbeat_deadline_at(
     .flatten()
     .map(|t| t.0)
     .max()?;
-    Some(add(anchor, request.spec.heartbeat_deadline(default_deadline)))
+    Some(add(
+        anchor,
+        request.spec.heartbeat_deadline(default_deadline),
+    ))
 }
 
 /// When the controller, as the imperative interceptor, should heartbeat again after a heartbeat
 /// at `last`: half-way to its deadline, so that one missed reconcile does not expire it, but
 /// never sooner than the minimum step admission allows.
-pub fn imperative_heartbeat_due(last: Timestamp, deadline: Duration, min_interval: Duration) -> Timestamp {
+pub fn imperative_heartbeat_due(
+    last: Timestamp,
+    deadline: Duration,
+    min_interval: Duration,
+) -> Timestamp {
     add(last, (deadline / 2).max(min_interval))
 }
 

@@ -13,8 +13,8 @@ use super::decision::{DecideSettings, Decision, Draft, EventType, ProcessedReaso
 use super::imperative::act_as_imperative;
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::api::{
-    CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, EvictionRequest, IMPERATIVE_INTERCEPTOR,
-    InterceptorReference, InterceptorStatus, MAX_POD_INTERCEPTORS,
+    CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, EvictionRequest,
+    IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus, MAX_POD_INTERCEPTORS,
 };
 use crate::cluster::CachedPod;
 
@@ -38,7 +38,12 @@ pub const REASON_NO_REQUESTERS: &str = "NoRequesters";
 /// - The imperative interceptor (the controller itself) is never timed out; it heartbeats
 ///   before its deadline instead.
 /// - `requeue_after` is set whenever something falls due without a watch event.
-pub fn decide(request: &EvictionRequest, pod: Option<&CachedPod>, now: Timestamp, settings: &DecideSettings) -> Decision {
+pub fn decide(
+    request: &EvictionRequest,
+    pod: Option<&CachedPod>,
+    now: Timestamp,
+    settings: &DecideSettings,
+) -> Decision {
     let mut draft = Draft::new(request, now, settings);
     // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
     let _ = run_steps(&mut draft, pod);
@@ -70,17 +75,30 @@ fn settle_terminal(d: &mut Draft<'_>) -> ControlFlow<()> {
 
 /// Step 2: the target pod must exist with the requested UID, not belong to a workload and not
 /// have terminated already.
-fn check_target<'p>(d: &mut Draft<'_>, pod: Option<&'p CachedPod>) -> ControlFlow<(), &'p CachedPod> {
+fn check_target<'p>(
+    d: &mut Draft<'_>,
+    pod: Option<&'p CachedPod>,
+) -> ControlFlow<(), &'p CachedPod> {
     let pod_ref = d.pod_ref();
     let Some(pod) = pod.filter(|p| p.uid() == d.request.spec.target.pod.uid) else {
         if !d.status.target_interceptors.is_empty() {
             // We saw the pod before (first sight needs it): it has been deleted.
-            d.conclude(CONDITION_EVICTED, REASON_POD_DELETED, pod_deleted_message(&pod_ref), EventType::Normal);
+            d.conclude(
+                CONDITION_EVICTED,
+                REASON_POD_DELETED,
+                pod_deleted_message(&pod_ref),
+                EventType::Normal,
+            );
         } else if let Some(until) = young_request_grace_end(d) {
             d.requeue_at(until);
         } else {
             let message = format!("Target Pod {pod_ref} was not found.");
-            d.conclude(CONDITION_CANCELED, REASON_VALIDATION_FAILED, message, EventType::Warning);
+            d.conclude(
+                CONDITION_CANCELED,
+                REASON_VALIDATION_FAILED,
+                message,
+                EventType::Warning,
+            );
         }
         return ControlFlow::Break(());
     };
@@ -88,13 +106,23 @@ fn check_target<'p>(d: &mut Draft<'_>, pod: Option<&'p CachedPod>) -> ControlFlo
         let message = format!(
             "Target Pod {pod_ref} is part of a Workload/PodGroup. Eviction of such pods is currently not supported."
         );
-        d.conclude(CONDITION_CANCELED, REASON_VALIDATION_FAILED, message, EventType::Warning);
+        d.conclude(
+            CONDITION_CANCELED,
+            REASON_VALIDATION_FAILED,
+            message,
+            EventType::Warning,
+        );
         return ControlFlow::Break(());
     }
     if pod.is_terminal() {
         let phase = pod.status.phase.as_deref().unwrap_or_default();
         let message = format!("Target Pod {pod_ref} has terminated (phase {phase}).");
-        d.conclude(CONDITION_EVICTED, REASON_POD_TERMINATED, message, EventType::Normal);
+        d.conclude(
+            CONDITION_EVICTED,
+            REASON_POD_TERMINATED,
+            message,
+            EventType::Normal,
+        );
         return ControlFlow::Break(());
     }
     ControlFlow::Continue(pod)
@@ -116,11 +144,18 @@ fn young_request_grace_end(d: &Draft<'_>) -> Option<Timestamp> {
 /// Step 3: with no requester left the request is canceled, unless an interceptor has forbidden
 /// cancellation (then it goes on until the pod is gone).
 fn check_requesters(d: &mut Draft<'_>) -> ControlFlow<()> {
-    if !d.request.spec.requesters.is_empty() || d.status.cancellation_policy() == CancellationPolicy::Forbid {
+    if !d.request.spec.requesters.is_empty()
+        || d.status.cancellation_policy() == CancellationPolicy::Forbid
+    {
         return ControlFlow::Continue(());
     }
     let message = "Every requester withdrew from the eviction request.".to_string();
-    d.conclude(CONDITION_CANCELED, REASON_NO_REQUESTERS, message, EventType::Normal);
+    d.conclude(
+        CONDITION_CANCELED,
+        REASON_NO_REQUESTERS,
+        message,
+        EventType::Normal,
+    );
     ControlFlow::Break(())
 }
 
@@ -142,17 +177,31 @@ fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
     if !d.status.target_interceptors.is_empty() {
         return;
     }
-    let (names, skipped) = target_interceptors(pod.interceptors(), &d.settings.extra_k8s_io_interceptors);
+    let (names, skipped) =
+        target_interceptors(pod.interceptors(), &d.settings.extra_k8s_io_interceptors);
     if !skipped.is_empty() {
         let note = format!(
             "Skipped interceptors of Pod {} that cannot be targeted (not a valid name, reserved, not allowlisted or beyond {MAX_POD_INTERCEPTORS}): {}",
             d.pod_ref(),
-            skipped.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+            skipped
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         d.event("InterceptorSkipped", EventType::Warning, note);
     }
-    d.status.target_interceptors = names.iter().map(|name| InterceptorReference { name: name.clone() }).collect();
-    d.status.interceptors = names.into_iter().map(|name| InterceptorStatus { name, ..Default::default() }).collect();
+    d.status.target_interceptors = names
+        .iter()
+        .map(|name| InterceptorReference { name: name.clone() })
+        .collect();
+    d.status.interceptors = names
+        .into_iter()
+        .map(|name| InterceptorStatus {
+            name,
+            ..Default::default()
+        })
+        .collect();
 }
 
 /// The `targetInterceptors` for the interceptors a pod declares, and the declared names that
@@ -161,14 +210,18 @@ fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
 /// (S1): names that are not FQDNs, the reserved imperative name, non-allowlisted `*.k8s.io`
 /// names and names past the 15th are skipped; duplicates are dropped silently (the first
 /// occurrence keeps its place).
-pub fn target_interceptors(declared: Vec<String>, extra_k8s_io: &[String]) -> (Vec<String>, Vec<String>) {
+pub fn target_interceptors(
+    declared: Vec<String>,
+    extra_k8s_io: &[String],
+) -> (Vec<String>, Vec<String>) {
     let mut names: Vec<String> = Vec::new();
     let mut skipped = Vec::new();
     for name in declared {
         if names.contains(&name) {
             continue;
         }
-        let valid = validate_fqdn(&name).is_ok() && k8s_io_interceptor_allowed(&name, extra_k8s_io, false);
+        let valid =
+            validate_fqdn(&name).is_ok() && k8s_io_interceptor_allowed(&name, extra_k8s_io, false);
         if valid && names.len() < MAX_POD_INTERCEPTORS {
             names.push(name);
         } else {
@@ -182,7 +235,9 @@ pub fn target_interceptors(declared: Vec<String>, extra_k8s_io: &[String]) -> (V
 /// Step 6: record the generation of the spec this decision is based on (never backwards, S6).
 fn observe_generation(d: &mut Draft<'_>) {
     if let Some(generation) = d.request.metadata.generation
-        && d.status.observed_generation.is_none_or(|seen| seen < generation)
+        && d.status
+            .observed_generation
+            .is_none_or(|seen| seen < generation)
     {
         d.status.observed_generation = Some(generation);
     }
@@ -217,10 +272,17 @@ fn select_interceptor(d: &mut Draft<'_>) -> Selection {
     d.status.active_interceptors.clear();
     match reason {
         ProcessedReason::Completed => {
-            d.event("InterceptorCompleted", EventType::Normal, format!("Interceptor {active} completed."));
+            d.event(
+                "InterceptorCompleted",
+                EventType::Normal,
+                format!("Interceptor {active} completed."),
+            );
         }
         ProcessedReason::TimedOut => {
-            let deadline = d.request.spec.heartbeat_deadline(d.settings.interceptor_deadline);
+            let deadline = d
+                .request
+                .spec
+                .heartbeat_deadline(d.settings.interceptor_deadline);
             let note = format!(
                 "Interceptor {active} timed out: no heartbeat for {}.",
                 humantime::format_duration(deadline)
@@ -267,7 +329,11 @@ fn activate_next(d: &mut Draft<'_>) -> Selection {
     entry.activation_time = Some(Time(now));
     let deadline = heartbeat_deadline_at(request, entry, default_deadline);
     d.status.active_interceptors = vec![next.clone()];
-    d.event("InterceptorSelected", EventType::Normal, format!("Interceptor {next} selected ({} of {total}).", k + 1));
+    d.event(
+        "InterceptorSelected",
+        EventType::Normal,
+        format!("Interceptor {next} selected ({} of {total}).", k + 1),
+    );
     if next == IMPERATIVE_INTERCEPTOR {
         // Our own turn: act in the next reconciliation, right away.
         d.requeue_at(now);

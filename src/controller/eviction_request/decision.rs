@@ -192,7 +192,12 @@ impl<'a> Draft<'a> {
 
     /// `namespace/name` of the target pod, for messages.
     pub fn pod_ref(&self) -> String {
-        let ns = self.request.metadata.namespace.as_deref().unwrap_or_default();
+        let ns = self
+            .request
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default();
         format!("{ns}/{}", self.request.spec.target.pod.name)
     }
 
@@ -202,7 +207,11 @@ impl<'a> Draft<'a> {
     }
 
     pub fn event(&mut self, reason: &'static str, type_: EventType, note: String) {
-        self.events.push(EventSpec { reason, type_, note });
+        self.events.push(EventSpec {
+            reason,
+            type_,
+            note,
+        });
     }
 
     /// The status entry of the named interceptor, for editing.
@@ -212,7 +221,13 @@ impl<'a> Draft<'a> {
 
     /// Sets the terminal condition `type_` to True, clears the active interceptor (allowed by S2
     /// in the same update) and records the matching event (`Evicted` or `Canceled`).
-    pub fn conclude(&mut self, type_: &'static str, reason: &str, message: String, event: EventType) {
+    pub fn conclude(
+        &mut self,
+        type_: &'static str,
+        reason: &str,
+        message: String,
+        event: EventType,
+    ) {
         let condition = Condition {
             type_: type_.to_string(),
             status: "True".to_string(),

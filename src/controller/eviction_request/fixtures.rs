@@ -6,9 +6,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 
 use crate::api::{
-    CancellationPolicy, EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, EvictionTarget,
-    IMPERATIVE_INTERCEPTOR, INTERCEPTORS_ANNOTATION, InterceptorReference, InterceptorStatus, MIRROR_POD_ANNOTATION,
-    PodEvictionStatus, PodReference, Requester,
+    CancellationPolicy, EvictionRequest, EvictionRequestSpec, EvictionRequestStatus,
+    EvictionTarget, IMPERATIVE_INTERCEPTOR, INTERCEPTORS_ANNOTATION, InterceptorReference,
+    InterceptorStatus, MIRROR_POD_ANNOTATION, PodEvictionStatus, PodReference, Requester,
 };
 use crate::cluster::CachedPod;
 
@@ -26,8 +26,15 @@ pub fn request(uid: &str) -> RequestBuilder {
     let mut r = EvictionRequest::new(
         uid,
         EvictionRequestSpec {
-            target: EvictionTarget { pod: PodReference { name: "p".into(), uid: uid.into() } },
-            requesters: vec![Requester { name: "req.example.com".into() }],
+            target: EvictionTarget {
+                pod: PodReference {
+                    name: "p".into(),
+                    uid: uid.into(),
+                },
+            },
+            requesters: vec![Requester {
+                name: "req.example.com".into(),
+            }],
             heartbeat_deadline_seconds: None,
         },
     );
@@ -45,11 +52,20 @@ impl RequestBuilder {
     }
 
     fn entry(&mut self, name: &str) -> &mut InterceptorStatus {
-        self.status().interceptors.iter_mut().find(|i| i.name == name).expect("interceptor in targets")
+        self.status()
+            .interceptors
+            .iter_mut()
+            .find(|i| i.name == name)
+            .expect("interceptor in targets")
     }
 
     pub fn requesters(mut self, names: &[&str]) -> Self {
-        self.0.spec.requesters = names.iter().map(|n| Requester { name: n.to_string() }).collect();
+        self.0.spec.requesters = names
+            .iter()
+            .map(|n| Requester {
+                name: n.to_string(),
+            })
+            .collect();
         self
     }
 
@@ -74,16 +90,34 @@ impl RequestBuilder {
     }
 
     pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {
-        self.0.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        self.0.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
         self
     }
 
     /// `targetInterceptors` = `names` + the imperative one, with empty entries.
     pub fn targets(mut self, names: &[&str]) -> Self {
-        let all: Vec<String> = names.iter().map(|n| n.to_string()).chain([IMP.to_string()]).collect();
+        let all: Vec<String> = names
+            .iter()
+            .map(|n| n.to_string())
+            .chain([IMP.to_string()])
+            .collect();
         let s = self.status();
-        s.target_interceptors = all.iter().map(|n| InterceptorReference { name: n.clone() }).collect();
-        s.interceptors = all.into_iter().map(|name| InterceptorStatus { name, ..Default::default() }).collect();
+        s.target_interceptors = all
+            .iter()
+            .map(|n| InterceptorReference { name: n.clone() })
+            .collect();
+        s.interceptors = all
+            .into_iter()
+            .map(|name| InterceptorStatus {
+                name,
+                ..Default::default()
+            })
+            .collect();
         s.observed_generation = Some(1);
         self
     }
@@ -91,8 +125,15 @@ impl RequestBuilder {
     /// Makes `name` active, every target before it processed.
     pub fn active(mut self, name: &str) -> Self {
         let s = self.status();
-        let k = s.target_interceptors.iter().position(|t| t.name == name).expect("name in targets");
-        s.processed_interceptors = s.target_interceptors[..k].iter().map(|t| t.name.clone()).collect();
+        let k = s
+            .target_interceptors
+            .iter()
+            .position(|t| t.name == name)
+            .expect("name in targets");
+        s.processed_interceptors = s.target_interceptors[..k]
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         s.active_interceptors = vec![name.to_string()];
         self
     }
@@ -100,7 +141,11 @@ impl RequestBuilder {
     /// Every target processed, none active.
     pub fn all_processed(mut self) -> Self {
         let s = self.status();
-        s.processed_interceptors = s.target_interceptors.iter().map(|t| t.name.clone()).collect();
+        s.processed_interceptors = s
+            .target_interceptors
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
         s.active_interceptors.clear();
         self
     }
@@ -154,8 +199,10 @@ impl RequestBuilder {
 
     /// `n` failed evictions, the last at `at`.
     pub fn failures(mut self, n: i32, at: Option<Timestamp>) -> Self {
-        self.status().pod_eviction_status =
-            Some(PodEvictionStatus { failed_api_eviction_counter: n, last_failure_time: at.map(Time) });
+        self.status().pod_eviction_status = Some(PodEvictionStatus {
+            failed_api_eviction_counter: n,
+            last_failure_time: at.map(Time),
+        });
         self
     }
 
@@ -178,7 +225,11 @@ pub struct PodBuilder(CachedPod);
 
 impl PodBuilder {
     fn annotate(&mut self, k: &str, v: &str) {
-        self.0.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
     }
 
     pub fn uid(mut self, uid: &str) -> Self {
@@ -192,7 +243,12 @@ impl PodBuilder {
     }
 
     pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {
-        self.0.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        self.0.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
         self
     }
 

@@ -20,11 +20,15 @@ use super::backoff::{backoff, next_attempt_at};
 use super::deadline::{add, imperative_heartbeat_due};
 use super::decide::{REASON_POD_DELETED, pod_deleted_message};
 use super::decision::{Action, DecideSettings, Decision, Draft, EventType, EvictionOutcome};
-use crate::api::{CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus, PodEvictionStatus};
+use crate::api::{
+    CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus,
+    PodEvictionStatus,
+};
 use crate::cluster::CachedPod;
 
 /// Message of the imperative interceptor for pods the Eviction API must not be used on.
-pub const UNSUPPORTED_POD_MESSAGE: &str = "API-initiated eviction of DaemonSet and static pods is not supported";
+pub const UNSUPPORTED_POD_MESSAGE: &str =
+    "API-initiated eviction of DaemonSet and static pods is not supported";
 
 /// The message of the imperative interceptor after `n` failed Eviction API calls.
 pub fn failed_evictions_message(n: i32) -> String {
@@ -38,20 +42,7 @@ pub(crate) fn act_as_imperative(d: &mut Draft<'_>, pod: &CachedPod) {
         return;
     }
     let now = d.now;
-    let pod_ref = d.pod_ref();
-    let (message, evict) = if pod.is_terminating() {
-        (Some(format!("Pod {pod_ref} is terminating; waiting for it to be deleted.")), false)
-    } else if pod.is_daemonset_pod() || pod.is_mirror() {
-        (Some(UNSUPPORTED_POD_MESSAGE.to_string()), false)
-    } else {
-        match next_attempt_at(&d.status, d.settings.backoff_base, d.settings.backoff_cap) {
-            Some(at) if now < at => {
-                d.requeue_at(at);
-                (None, false)
-            }
-            _ => (None, true),
-        }
-    };
+    let step = next_step(d, pod);
     let (deadline, min_interval) = heartbeat_settings(d);
     let Some(entry) = d.entry_mut(IMPERATIVE_INTERCEPTOR) else {
         return;
@@ -60,9 +51,13 @@ pub(crate) fn act_as_imperative(d: &mut Draft<'_>, pod: &CachedPod) {
         // Done (set by hand?); step 7 moves it to processed when the status allows it.
         return;
     }
-    if let Some(message) = message {
-        entry.message = Some(message);
+    if let Step::Wait {
+        message: Some(message),
+    } = &step
+    {
+        entry.message = Some(message.clone());
     }
+    let evict = step == Step::Evict;
     let due = heartbeat(entry, now, deadline, min_interval, evict);
     d.requeue_at(due);
     if evict {
@@ -72,6 +67,41 @@ pub(crate) fn act_as_imperative(d: &mut Draft<'_>, pod: &CachedPod) {
             name: target.name.clone(),
             uid: target.uid.clone(),
         });
+    }
+}
+
+/// What the imperative interceptor does in one reconciliation.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing to call now; set the message when there is one.
+    Wait { message: Option<String> },
+    /// Call the Eviction API.
+    Evict,
+}
+
+/// Step 8's choice: wait for a terminating pod, refuse DaemonSet and mirror pods, wait out the
+/// backoff (scheduling the retry), or evict.
+fn next_step(d: &mut Draft<'_>, pod: &CachedPod) -> Step {
+    if pod.is_terminating() {
+        let message = format!(
+            "Pod {} is terminating; waiting for it to be deleted.",
+            d.pod_ref()
+        );
+        return Step::Wait {
+            message: Some(message),
+        };
+    }
+    if pod.is_daemonset_pod() || pod.is_mirror() {
+        return Step::Wait {
+            message: Some(UNSUPPORTED_POD_MESSAGE.to_string()),
+        };
+    }
+    match next_attempt_at(&d.status, d.settings.backoff_base, d.settings.backoff_cap) {
+        Some(at) if d.now < at => {
+            d.requeue_at(at);
+            Step::Wait { message: None }
+        }
+        _ => Step::Evict,
     }
 }
 
@@ -95,20 +125,36 @@ pub fn after_eviction(
     let pod_ref = d.pod_ref();
     match outcome {
         EvictionOutcome::PodGone => {
-            d.conclude(CONDITION_EVICTED, REASON_POD_DELETED, pod_deleted_message(&pod_ref), EventType::Normal);
+            d.conclude(
+                CONDITION_EVICTED,
+                REASON_POD_DELETED,
+                pod_deleted_message(&pod_ref),
+                EventType::Normal,
+            );
         }
         EvictionOutcome::Evicted => {
-            let message = format!("Pod {pod_ref} was evicted through the Eviction API; waiting for it to terminate.");
+            let message = format!(
+                "Pod {pod_ref} was evicted through the Eviction API; waiting for it to terminate."
+            );
             record_progress(&mut d, message.clone());
             d.event("Evicted", EventType::Normal, message);
         }
-        EvictionOutcome::Failed { status_code, message, retry_after } => {
-            let eviction = d.status.pod_eviction_status.get_or_insert_with(PodEvictionStatus::default);
-            eviction.failed_api_eviction_counter = eviction.failed_api_eviction_counter.saturating_add(1);
+        EvictionOutcome::Failed {
+            status_code,
+            message,
+            retry_after,
+        } => {
+            let eviction = d
+                .status
+                .pod_eviction_status
+                .get_or_insert_with(PodEvictionStatus::default);
+            eviction.failed_api_eviction_counter =
+                eviction.failed_api_eviction_counter.saturating_add(1);
             eviction.last_failure_time = Some(Time(d.now));
             let n = eviction.failed_api_eviction_counter;
             record_progress(&mut d, failed_evictions_message(n));
-            let wait = backoff(n, settings.backoff_base, settings.backoff_cap).max(retry_after.unwrap_or_default());
+            let wait = backoff(n, settings.backoff_base, settings.backoff_cap)
+                .max(retry_after.unwrap_or_default());
             d.requeue_at(add(d.now, wait));
             let note = format!(
                 "Eviction of Pod {pod_ref} failed ({status_code}: {message}); attempt {n}, next in {}.",
@@ -140,14 +186,23 @@ fn imperative_is_active(d: &Draft<'_>) -> bool {
 
 /// The request's heartbeat deadline and the minimum heartbeat step.
 fn heartbeat_settings(d: &Draft<'_>) -> (Duration, Duration) {
-    let deadline = d.request.spec.heartbeat_deadline(d.settings.interceptor_deadline);
+    let deadline = d
+        .request
+        .spec
+        .heartbeat_deadline(d.settings.interceptor_deadline);
     (deadline, d.settings.min_heartbeat_interval)
 }
 
 /// Heartbeats the controller's own entry when it is due, and returns when the next one is. The
 /// first heartbeat comes with `startTime` (S4). With `progress` (an eviction attempt), a
 /// heartbeat is due as soon as the minimum step allows; otherwise half-way to the deadline.
-fn heartbeat(entry: &mut InterceptorStatus, now: Timestamp, deadline: Duration, min_interval: Duration, progress: bool) -> Timestamp {
+fn heartbeat(
+    entry: &mut InterceptorStatus,
+    now: Timestamp,
+    deadline: Duration,
+    min_interval: Duration,
+    progress: bool,
+) -> Timestamp {
     let last = match entry.heartbeat_time.as_ref() {
         None => {
             entry.start_time.get_or_insert(Time(now));

@@ -12,7 +12,9 @@
 //! the complete status, with the request's `resourceVersion` so that a concurrent interceptor
 //! write makes it fail and the request is reconciled again), then the action, then events, then
 //! the requeue. It performs the action only when the status patch succeeded, and calls
-//! [`after_eviction`] with the request as the status patch returned it.
+//! [`after_eviction`] with the request as the status patch returned it, applying that decision
+//! the same way. Requeues are "at the latest": when two decisions are applied in one
+//! reconciliation, the earliest requeue wins.
 
 pub mod backoff;
 pub mod deadline;
@@ -28,5 +30,7 @@ mod walk;
 pub use backoff::{backoff, next_attempt_at};
 pub use deadline::heartbeat_deadline_at;
 pub use decide::decide;
-pub use decision::{Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason};
+pub use decision::{
+    Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
+};
 pub use imperative::after_eviction;
