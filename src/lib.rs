@@ -1,13 +1,15 @@
-//! evictord: the EvictionRequest and NodeMaintenance APIs for Kubernetes, out of tree.
+//! evictord: the EvictionRequest and NodeMaintenance APIs for Kubernetes, out of tree — an
+//! admission webhook server and the controllers that make the APIs work, in one process.
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod cluster;
-pub mod selector;
 pub mod admission;
-pub mod tls;
-pub mod metrics;
-pub mod telemetry;
-pub mod cli;
+pub mod api;
 pub mod certs;
+pub mod cli;
+pub mod cluster;
+pub mod controller;
+pub mod metrics;
+pub mod selector;
 pub mod serve;
+pub mod telemetry;
+pub mod tls;

@@ -1,0 +1,126 @@
+//! When things fall due: the heartbeat deadline of an interceptor (SPEC 2.2), the next heartbeat
+//! of the controller acting as `imperative-eviction.k8s.io`, and the small amount of time
+//! arithmetic the decisions share.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::api::{EvictionRequest, InterceptorStatus};
+
+/// The moment the interceptor's heartbeat expires: `spec.heartbeatDeadlineSeconds` (else
+/// `default_deadline`) after the latest of its `heartbeatTime`, its `activationTime` and the
+/// request's `creationTimestamp` (SPEC 2.2). The heartbeat has expired when `now` is at or past
+/// it.
+///
+/// `entry` is passed separately from `request` so that the deadline can be read off a status
+/// being drafted. `None` only when none of the three times is known (never for a stored object).
+pub fn heartbeat_deadline_at(
+    request: &EvictionRequest,
+    entry: &InterceptorStatus,
+    default_deadline: Duration,
+) -> Option<Timestamp> {
+    let anchor = [
+        entry.heartbeat_time.as_ref(),
+        entry.activation_time.as_ref(),
+        request.metadata.creation_timestamp.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|t| t.0)
+    .max()?;
+    Some(add(
+        anchor,
+        request.spec.heartbeat_deadline(default_deadline),
+    ))
+}
+
+/// When the controller, as the imperative interceptor, should heartbeat again after a heartbeat
+/// at `last`: half-way to its deadline, so that one missed reconcile does not expire it, but
+/// never sooner than the minimum step admission allows.
+pub fn imperative_heartbeat_due(
+    last: Timestamp,
+    deadline: Duration,
+    min_interval: Duration,
+) -> Timestamp {
+    add(last, (deadline / 2).max(min_interval))
+}
+
+/// `at + d`, saturating at the end of time.
+pub(crate) fn add(at: Timestamp, d: Duration) -> Timestamp {
+    at.saturating_add(d).unwrap_or(Timestamp::MAX)
+}
+
+/// How long from `now` until `at`; zero when `at` has passed.
+pub(crate) fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
+/// `now` without its fraction of a second (see `Draft::now`).
+pub(crate) fn whole_seconds(now: Timestamp) -> Timestamp {
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::controller::eviction_request::fixtures::{request, t};
+
+    const MIN: Duration = Duration::from_secs(60);
+    const DEFAULT: Duration = Duration::from_secs(1200);
+
+    #[rstest]
+    // Anchored on creationTimestamp (t(0)) when the interceptor has no times yet.
+    #[case::creation_only(None, None, None, Some(t(1200)))]
+    #[case::activation_later(None, Some(100), None, Some(t(1300)))]
+    #[case::heartbeat_latest(Some(500), Some(100), None, Some(t(1700)))]
+    // An activation after the last heartbeat (impossible in practice) still anchors: the latest wins.
+    #[case::activation_latest(Some(50), Some(100), None, Some(t(1300)))]
+    #[case::spec_deadline(Some(0), None, Some(600), Some(t(600)))]
+    fn deadline_rows(
+        #[case] heartbeat: Option<i64>,
+        #[case] activation: Option<i64>,
+        #[case] spec_seconds: Option<i32>,
+        #[case] expected: Option<Timestamp>,
+    ) {
+        let mut r = request("u").targets(&["x.y"]);
+        if let Some(h) = heartbeat {
+            r = r.started("x.y", t(h));
+        }
+        if let Some(a) = activation {
+            r = r.activated("x.y", t(a));
+        }
+        if let Some(s) = spec_seconds {
+            r = r.deadline_seconds(s);
+        }
+        let r = r.build();
+        let entry = r.status.as_ref().unwrap().interceptor("x.y").unwrap();
+        assert_eq!(heartbeat_deadline_at(&r, entry, DEFAULT), expected);
+    }
+
+    #[test]
+    fn no_anchor_no_deadline() {
+        let mut r = request("u").targets(&["x.y"]).build();
+        r.metadata.creation_timestamp = None;
+        let entry = r.status.as_ref().unwrap().interceptor("x.y").unwrap();
+        assert_eq!(heartbeat_deadline_at(&r, entry, DEFAULT), None);
+    }
+
+    #[rstest]
+    #[case::half_way(DEFAULT, t(600))]
+    #[case::never_below_minimum(Duration::from_secs(90), t(60))]
+    fn imperative_heartbeat_rows(#[case] deadline: Duration, #[case] expected: Timestamp) {
+        assert_eq!(imperative_heartbeat_due(t(0), deadline, MIN), expected);
+    }
+
+    #[test]
+    fn arithmetic() {
+        assert_eq!(until(t(10), t(5)), Duration::ZERO);
+        assert_eq!(until(t(5), t(10)), Duration::from_secs(5));
+        assert_eq!(add(Timestamp::MAX, DEFAULT), Timestamp::MAX);
+        let fractional = t(7).checked_add(Duration::from_millis(900)).unwrap();
+        assert_eq!(whole_seconds(fractional), t(7));
+    }
+}

@@ -1,0 +1,348 @@
+//! [`decide`]: SPEC 2.3 steps 1–8, in order, one function per step. Steps 1–3 can settle the
+//! request (a terminal condition) and stop; steps 4–8 then bring labels, interceptor lists and
+//! the active interceptor up to date, and step 8 lets the controller act as
+//! `imperative-eviction.k8s.io` ([`super::imperative`]).
+
+use std::ops::ControlFlow;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::deadline::{add, heartbeat_deadline_at};
+use super::decision::{DecideSettings, Decision, Draft, EventType, ProcessedReason};
+use super::imperative::act_as_imperative;
+use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
+use crate::api::{
+    CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, EvictionRequest,
+    IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus, MAX_POD_INTERCEPTORS,
+};
+use crate::cluster::CachedPod;
+
+/// Condition reason: the request cannot be carried out (no such pod, pod in a workload).
+pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+/// Condition reason: the target pod was deleted.
+pub const REASON_POD_DELETED: &str = "PodDeleted";
+/// Condition reason: the target pod reached phase Succeeded or Failed.
+pub const REASON_POD_TERMINATED: &str = "PodTerminated";
+/// Condition reason: every requester withdrew.
+pub const REASON_NO_REQUESTERS: &str = "NoRequesters";
+
+/// Decides what to do with `request`, given the cached target pod (`None` when the cache has no
+/// pod of that name) and the time. Pure: no I/O, no clock of its own.
+///
+/// # Guarantees
+/// - `status`, when set, is the complete new status and passes the status admission rules
+///   S1–S6 against the current one: at most one interceptor switch per decision, the new active
+///   interceptor's `activationTime` in the same update, `processedInterceptors` only grows,
+///   `targetInterceptors` is set once, only the active interceptor's entry changes.
+/// - The imperative interceptor (the controller itself) is never timed out; it heartbeats
+///   before its deadline instead.
+/// - `requeue_after` is set whenever something falls due without a watch event.
+pub fn decide(
+    request: &EvictionRequest,
+    pod: Option<&CachedPod>,
+    now: Timestamp,
+    settings: &DecideSettings,
+) -> Decision {
+    let mut draft = Draft::new(request, now, settings);
+    // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
+    let _ = run_steps(&mut draft, pod);
+    draft.finish()
+}
+
+fn run_steps(d: &mut Draft<'_>, pod: Option<&CachedPod>) -> ControlFlow<()> {
+    settle_terminal(d)?;
+    let pod = check_target(d, pod)?;
+    check_requesters(d)?;
+    sync_labels(d, pod);
+    init_interceptors(d, pod);
+    observe_generation(d);
+    if select_interceptor(d) == Selection::Unchanged {
+        act_as_imperative(d, pod);
+    }
+    ControlFlow::Continue(())
+}
+
+/// Step 1: an `Evicted` or `Canceled` request is finished; only an active interceptor left
+/// over from before the condition is cleared (S2 allows it once the request is terminal).
+fn settle_terminal(d: &mut Draft<'_>) -> ControlFlow<()> {
+    if !d.status.is_terminal() {
+        return ControlFlow::Continue(());
+    }
+    d.status.active_interceptors.clear();
+    ControlFlow::Break(())
+}
+
+/// Step 2: the target pod must exist with the requested UID, not belong to a workload and not
+/// have terminated already.
+fn check_target<'p>(
+    d: &mut Draft<'_>,
+    pod: Option<&'p CachedPod>,
+) -> ControlFlow<(), &'p CachedPod> {
+    let pod_ref = d.pod_ref();
+    let Some(pod) = pod.filter(|p| p.uid() == d.request.spec.target.pod.uid) else {
+        if !d.status.target_interceptors.is_empty() {
+            // We saw the pod before (first sight needs it): it has been deleted.
+            d.conclude(
+                CONDITION_EVICTED,
+                REASON_POD_DELETED,
+                pod_deleted_message(&pod_ref),
+                EventType::Normal,
+            );
+        } else if let Some(until) = young_request_grace_end(d) {
+            d.requeue_at(until);
+        } else {
+            let message = format!("Target Pod {pod_ref} was not found.");
+            d.conclude(
+                CONDITION_CANCELED,
+                REASON_VALIDATION_FAILED,
+                message,
+                EventType::Warning,
+            );
+        }
+        return ControlFlow::Break(());
+    };
+    if pod.in_workload() {
+        let message = format!(
+            "Target Pod {pod_ref} is part of a Workload/PodGroup. Eviction of such pods is currently not supported."
+        );
+        d.conclude(
+            CONDITION_CANCELED,
+            REASON_VALIDATION_FAILED,
+            message,
+            EventType::Warning,
+        );
+        return ControlFlow::Break(());
+    }
+    if pod.is_terminal() {
+        let phase = pod.status.phase.as_deref().unwrap_or_default();
+        let message = format!("Target Pod {pod_ref} has terminated (phase {phase}).");
+        d.conclude(
+            CONDITION_EVICTED,
+            REASON_POD_TERMINATED,
+            message,
+            EventType::Normal,
+        );
+        return ControlFlow::Break(());
+    }
+    ControlFlow::Continue(pod)
+}
+
+/// The message of `Evicted=True` with reason `PodDeleted`.
+pub(crate) fn pod_deleted_message(pod_ref: &str) -> String {
+    format!("Target Pod {pod_ref} was deleted.")
+}
+
+/// When a request whose pod the cache has never shown is still within
+/// [`DecideSettings::pod_not_found_grace`], the end of that grace.
+fn young_request_grace_end(d: &Draft<'_>) -> Option<Timestamp> {
+    let created = d.request.metadata.creation_timestamp.as_ref()?.0;
+    let end = add(created, d.settings.pod_not_found_grace);
+    (d.now < end).then_some(end)
+}
+
+/// Step 3: with no requester left the request is canceled, unless an interceptor has forbidden
+/// cancellation (then it goes on until the pod is gone).
+fn check_requesters(d: &mut Draft<'_>) -> ControlFlow<()> {
+    if !d.request.spec.requesters.is_empty()
+        || d.status.cancellation_policy() == CancellationPolicy::Forbid
+    {
+        return ControlFlow::Continue(());
+    }
+    let message = "Every requester withdrew from the eviction request.".to_string();
+    d.conclude(
+        CONDITION_CANCELED,
+        REASON_NO_REQUESTERS,
+        message,
+        EventType::Normal,
+    );
+    ControlFlow::Break(())
+}
+
+/// Step 4: the request carries the pod's labels (the pod's value wins) so that interceptors can
+/// watch requests with the label selectors they use for pods. Labels of the request's own are
+/// kept.
+fn sync_labels(d: &mut Draft<'_>, pod: &CachedPod) {
+    let current = d.request.metadata.labels.clone().unwrap_or_default();
+    let mut desired = current.clone();
+    desired.extend(pod.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+    if desired != current {
+        d.labels = Some(desired);
+    }
+}
+
+/// Step 5: on first sight, fix the interceptors from the pod's annotation plus the imperative
+/// one, and give each an empty status entry.
+fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
+    if !d.status.target_interceptors.is_empty() {
+        return;
+    }
+    let (names, skipped) =
+        target_interceptors(pod.interceptors(), &d.settings.extra_k8s_io_interceptors);
+    if !skipped.is_empty() {
+        let note = format!(
+            "Skipped interceptors of Pod {} that cannot be targeted (not a valid name, reserved, not allowlisted or beyond {MAX_POD_INTERCEPTORS}): {}",
+            d.pod_ref(),
+            skipped
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        d.event("InterceptorSkipped", EventType::Warning, note);
+    }
+    d.status.target_interceptors = names
+        .iter()
+        .map(|name| InterceptorReference { name: name.clone() })
+        .collect();
+    d.status.interceptors = names
+        .into_iter()
+        .map(|name| InterceptorStatus {
+            name,
+            ..Default::default()
+        })
+        .collect();
+}
+
+/// The `targetInterceptors` for the interceptors a pod declares, and the declared names that
+/// were skipped. The pod webhook normally keeps bad annotations out, but a pod admitted while it
+/// was down must not make the controller write a status the request webhook denies forever
+/// (S1): names that are not FQDNs, the reserved imperative name, non-allowlisted `*.k8s.io`
+/// names and names past the 15th are skipped; duplicates are dropped silently (the first
+/// occurrence keeps its place).
+pub fn target_interceptors(
+    declared: Vec<String>,
+    extra_k8s_io: &[String],
+) -> (Vec<String>, Vec<String>) {
+    let mut names: Vec<String> = Vec::new();
+    let mut skipped = Vec::new();
+    for name in declared {
+        if names.contains(&name) {
+            continue;
+        }
+        let valid =
+            validate_fqdn(&name).is_ok() && k8s_io_interceptor_allowed(&name, extra_k8s_io, false);
+        if valid && names.len() < MAX_POD_INTERCEPTORS {
+            names.push(name);
+        } else {
+            skipped.push(name);
+        }
+    }
+    names.push(IMPERATIVE_INTERCEPTOR.to_string());
+    (names, skipped)
+}
+
+/// Step 6: record the generation of the spec this decision is based on (never backwards, S6).
+fn observe_generation(d: &mut Draft<'_>) {
+    if let Some(generation) = d.request.metadata.generation
+        && d.status
+            .observed_generation
+            .is_none_or(|seen| seen < generation)
+    {
+        d.status.observed_generation = Some(generation);
+    }
+}
+
+/// What step 7 did to the active interceptor.
+#[derive(Debug, PartialEq, Eq)]
+enum Selection {
+    /// An interceptor was activated in this decision: it gets its turn from the next one on,
+    /// since S4 lets the activating update touch only its `activationTime`.
+    Activated,
+    /// The active interceptor (if any) stays.
+    Unchanged,
+}
+
+/// Step 7: keep exactly one interceptor working. The active one leaves when it completed or
+/// its heartbeat expired, and the next one is activated in the same update (S2).
+fn select_interceptor(d: &mut Draft<'_>) -> Selection {
+    let Some(active) = d.status.active_interceptors.first().cloned() else {
+        return activate_next(d);
+    };
+    let Some(reason) = finished(d, &active) else {
+        return Selection::Unchanged;
+    };
+    // S3: the name added to processedInterceptors must be the next target in order. A status
+    // that breaks this was not written by us; admission would deny the switch, so leave it.
+    let k = d.status.processed_interceptors.len();
+    if d.status.target_interceptors.get(k).map(|t| t.name.as_str()) != Some(active.as_str()) {
+        return Selection::Unchanged;
+    }
+    d.status.processed_interceptors.push(active.clone());
+    d.status.active_interceptors.clear();
+    match reason {
+        ProcessedReason::Completed => {
+            d.event(
+                "InterceptorCompleted",
+                EventType::Normal,
+                format!("Interceptor {active} completed."),
+            );
+        }
+        ProcessedReason::TimedOut => {
+            let deadline = d
+                .request
+                .spec
+                .heartbeat_deadline(d.settings.interceptor_deadline);
+            let note = format!(
+                "Interceptor {active} timed out: no heartbeat for {}.",
+                humantime::format_duration(deadline)
+            );
+            d.event("InterceptorTimedOut", EventType::Warning, note);
+        }
+    }
+    d.processed = Some((active, reason));
+    activate_next(d)
+}
+
+/// Whether the active interceptor is done, and why; otherwise schedules a look at its deadline.
+/// The imperative interceptor is the controller itself: it heartbeats while it works and is
+/// never timed out, or a request whose controller was down longer than the deadline would be
+/// left with nobody to evict the pod.
+fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
+    let entry = d.status.interceptor(name)?;
+    if entry.completion_time.is_some() {
+        return Some(ProcessedReason::Completed);
+    }
+    if name == IMPERATIVE_INTERCEPTOR {
+        return None;
+    }
+    let deadline = heartbeat_deadline_at(d.request, entry, d.settings.interceptor_deadline)?;
+    if d.now >= deadline {
+        return Some(ProcessedReason::TimedOut);
+    }
+    d.requeue_at(deadline);
+    None
+}
+
+/// Activates the first unprocessed interceptor, if any is left (with none left the request
+/// waits for the pod to go away).
+fn activate_next(d: &mut Draft<'_>) -> Selection {
+    let k = d.status.processed_interceptors.len();
+    let total = d.status.target_interceptors.len();
+    let Some(next) = d.status.target_interceptors.get(k).map(|t| t.name.clone()) else {
+        return Selection::Unchanged;
+    };
+    let (now, request, default_deadline) = (d.now, d.request, d.settings.interceptor_deadline);
+    let Some(entry) = d.entry_mut(&next) else {
+        return Selection::Unchanged;
+    };
+    entry.activation_time = Some(Time(now));
+    let deadline = heartbeat_deadline_at(request, entry, default_deadline);
+    d.status.active_interceptors = vec![next.clone()];
+    d.event(
+        "InterceptorSelected",
+        EventType::Normal,
+        format!("Interceptor {next} selected ({} of {total}).", k + 1),
+    );
+    if next == IMPERATIVE_INTERCEPTOR {
+        // Our own turn: act in the next reconciliation, right away.
+        d.requeue_at(now);
+    } else if let Some(deadline) = deadline {
+        d.requeue_at(deadline);
+    }
+    Selection::Activated
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,231 @@
+//! The controller as the `imperative-eviction.k8s.io` interceptor: SPEC 2.3 step 8
+//! ([`act_as_imperative`], called by `decide`) and the bookkeeping after an Eviction API call
+//! ([`after_eviction`]).
+//!
+//! While it is active the controller keeps its own entry alive like any interceptor: `startTime`
+//! and `heartbeatTime` when it first acts, then a heartbeat half-way to the deadline (and at
+//! each eviction attempt, as soon as the 60 s rule allows), so observers see progress.
+//!
+//! A successful Eviction API call does not set `Evicted`: the pod is only terminating, may
+//! take its whole grace period, and requesters read `Evicted` as "gone". `Evicted=True` follows
+//! from `decide` step 2 when the pod disappears or reaches a terminal phase; only an answer that
+//! proves the pod is already gone ([`EvictionOutcome::PodGone`]) sets it at once.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::backoff::{backoff, next_attempt_at};
+use super::deadline::{add, imperative_heartbeat_due};
+use super::decide::{REASON_POD_DELETED, pod_deleted_message};
+use super::decision::{Action, DecideSettings, Decision, Draft, EventType, EvictionOutcome};
+use crate::api::{
+    CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus,
+    PodEvictionStatus,
+};
+use crate::cluster::CachedPod;
+
+/// Message of the imperative interceptor for pods the Eviction API must not be used on.
+pub const UNSUPPORTED_POD_MESSAGE: &str =
+    "API-initiated eviction of DaemonSet and static pods is not supported";
+
+/// The message of the imperative interceptor after `n` failed Eviction API calls.
+pub fn failed_evictions_message(n: i32) -> String {
+    format!("Could not evict a pod due to failing eviction requests, number of retries: {n}")
+}
+
+/// Step 8: when the imperative interceptor is active, wait for a terminating pod, refuse
+/// DaemonSet and mirror pods, or evict the pod once the backoff allows it.
+pub(crate) fn act_as_imperative(d: &mut Draft<'_>, pod: &CachedPod) {
+    if !imperative_is_active(d) {
+        return;
+    }
+    let now = d.now;
+    let step = next_step(d, pod);
+    let (deadline, min_interval) = heartbeat_settings(d);
+    let Some(entry) = d.entry_mut(IMPERATIVE_INTERCEPTOR) else {
+        return;
+    };
+    if entry.completion_time.is_some() {
+        // Done (set by hand?); step 7 moves it to processed when the status allows it.
+        return;
+    }
+    if let Step::Wait {
+        message: Some(message),
+    } = &step
+    {
+        entry.message = Some(message.clone());
+    }
+    let evict = step == Step::Evict;
+    let due = heartbeat(entry, now, deadline, min_interval, evict);
+    d.requeue_at(due);
+    if evict {
+        let target = &d.request.spec.target.pod;
+        d.action = Some(Action::Evict {
+            namespace: d.request.metadata.namespace.clone().unwrap_or_default(),
+            name: target.name.clone(),
+            uid: target.uid.clone(),
+        });
+    }
+}
+
+/// What the imperative interceptor does in one reconciliation.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing to call now; set the message when there is one.
+    Wait { message: Option<String> },
+    /// Call the Eviction API.
+    Evict,
+}
+
+/// Step 8's choice: wait for a terminating pod, refuse DaemonSet and mirror pods, wait out the
+/// backoff (scheduling the retry), or evict.
+fn next_step(d: &mut Draft<'_>, pod: &CachedPod) -> Step {
+    if pod.is_terminating() {
+        let message = format!(
+            "Pod {} is terminating; waiting for it to be deleted.",
+            d.pod_ref()
+        );
+        return Step::Wait {
+            message: Some(message),
+        };
+    }
+    if pod.is_daemonset_pod() || pod.is_mirror() {
+        return Step::Wait {
+            message: Some(UNSUPPORTED_POD_MESSAGE.to_string()),
+        };
+    }
+    match next_attempt_at(&d.status, d.settings.backoff_base, d.settings.backoff_cap) {
+        Some(at) if d.now < at => {
+            d.requeue_at(at);
+            Step::Wait { message: None }
+        }
+        _ => Step::Evict,
+    }
+}
+
+/// Folds the result of the Eviction API call made for `decide`'s [`Action::Evict`] into the
+/// status. `request` must be the request as the status patch of that decision returned it, so
+/// that the failure counter grows from its latest value.
+///
+/// # Guarantees
+/// `failedAPIEvictionCounter` only grows; the imperative entry is touched only while it is
+/// active; a request already `Evicted` or `Canceled` is left alone.
+pub fn after_eviction(
+    request: &EvictionRequest,
+    outcome: EvictionOutcome,
+    now: Timestamp,
+    settings: &DecideSettings,
+) -> Decision {
+    let mut d = Draft::new(request, now, settings);
+    if d.status.is_terminal() {
+        return d.finish();
+    }
+    let pod_ref = d.pod_ref();
+    match outcome {
+        EvictionOutcome::PodGone => {
+            d.conclude(
+                CONDITION_EVICTED,
+                REASON_POD_DELETED,
+                pod_deleted_message(&pod_ref),
+                EventType::Normal,
+            );
+        }
+        EvictionOutcome::Evicted => {
+            let message = format!(
+                "Pod {pod_ref} was evicted through the Eviction API; waiting for it to terminate."
+            );
+            record_progress(&mut d, message.clone());
+            d.event("Evicted", EventType::Normal, message);
+        }
+        EvictionOutcome::Failed {
+            status_code,
+            message,
+            retry_after,
+        } => {
+            let eviction = d
+                .status
+                .pod_eviction_status
+                .get_or_insert_with(PodEvictionStatus::default);
+            eviction.failed_api_eviction_counter =
+                eviction.failed_api_eviction_counter.saturating_add(1);
+            eviction.last_failure_time = Some(Time(d.now));
+            let n = eviction.failed_api_eviction_counter;
+            record_progress(&mut d, failed_evictions_message(n));
+            let wait = backoff(n, settings.backoff_base, settings.backoff_cap)
+                .max(retry_after.unwrap_or_default());
+            d.requeue_at(add(d.now, wait));
+            let note = format!(
+                "Eviction of Pod {pod_ref} failed ({status_code}: {message}); attempt {n}, next in {}.",
+                humantime::format_duration(wait)
+            );
+            d.event("EvictionFailed", EventType::Warning, note);
+        }
+    }
+    d.finish()
+}
+
+/// Sets the imperative entry's message and heartbeat after an attempt, when it is active.
+fn record_progress(d: &mut Draft<'_>, message: String) {
+    if !imperative_is_active(d) {
+        return;
+    }
+    let now = d.now;
+    let (deadline, min_interval) = heartbeat_settings(d);
+    if let Some(entry) = d.entry_mut(IMPERATIVE_INTERCEPTOR) {
+        entry.message = Some(message);
+        let due = heartbeat(entry, now, deadline, min_interval, true);
+        d.requeue_at(due);
+    }
+}
+
+fn imperative_is_active(d: &Draft<'_>) -> bool {
+    d.status.active_interceptors.first().map(String::as_str) == Some(IMPERATIVE_INTERCEPTOR)
+}
+
+/// The request's heartbeat deadline and the minimum heartbeat step.
+fn heartbeat_settings(d: &Draft<'_>) -> (Duration, Duration) {
+    let deadline = d
+        .request
+        .spec
+        .heartbeat_deadline(d.settings.interceptor_deadline);
+    (deadline, d.settings.min_heartbeat_interval)
+}
+
+/// Heartbeats the controller's own entry when it is due, and returns when the next one is. The
+/// first heartbeat comes with `startTime` (S4). With `progress` (an eviction attempt), a
+/// heartbeat is due as soon as the minimum step allows; otherwise half-way to the deadline.
+fn heartbeat(
+    entry: &mut InterceptorStatus,
+    now: Timestamp,
+    deadline: Duration,
+    min_interval: Duration,
+    progress: bool,
+) -> Timestamp {
+    let last = match entry.heartbeat_time.as_ref() {
+        None => {
+            entry.start_time.get_or_insert(Time(now));
+            entry.heartbeat_time = Some(Time(now));
+            now
+        }
+        Some(last) => {
+            let due = if progress {
+                add(last.0, min_interval)
+            } else {
+                imperative_heartbeat_due(last.0, deadline, min_interval)
+            };
+            if now >= due {
+                entry.heartbeat_time = Some(Time(now));
+                now
+            } else {
+                last.0
+            }
+        }
+    };
+    imperative_heartbeat_due(last, deadline, min_interval)
+}
+
+#[cfg(test)]
+#[path = "imperative_tests.rs"]
+mod tests;

@@ -1,0 +1,172 @@
+//! Rows for `after_eviction` (SPEC 2.3 step 8, after the Eviction API call).
+
+use std::time::Duration;
+
+use rstest::rstest;
+
+use super::*;
+use crate::controller::eviction_request::fixtures::{IMP, request, t};
+
+fn failed(retry_after: Option<u64>) -> EvictionOutcome {
+    EvictionOutcome::Failed {
+        status_code: 429,
+        message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+        retry_after: retry_after.map(Duration::from_secs),
+    }
+}
+
+#[rstest]
+// counter before, outcome retry-after, counter after, requeue seconds (the earlier of the retry
+// and the controller's next heartbeat, due at t(700))
+#[case::first_failure_backs_off_one_second(0, None, 1, 1)]
+#[case::fifth_failure_doubles(4, None, 5, 16)]
+#[case::retry_after_longer_than_backoff_wins(0, Some(30), 1, 30)]
+#[case::backoff_longer_than_retry_after_wins(9, Some(30), 10, 512)]
+#[case::capped_at_1000s_but_heartbeat_first(40, None, 41, 590)]
+fn step8_failure_counts_and_backs_off(
+    #[case] before: i32,
+    #[case] retry_after: Option<u64>,
+    #[case] after: i32,
+    #[case] requeue: u64,
+) {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .failures(before, Some(t(50)))
+        .build();
+    let d = after_eviction(&r, failed(retry_after), t(110), &DecideSettings::default());
+    let status = d.status.unwrap();
+    let eviction = status.pod_eviction_status.as_ref().unwrap();
+    assert_eq!(eviction.failed_api_eviction_counter, after);
+    assert_eq!(
+        eviction.last_failure_time.as_ref().map(|t| t.0),
+        Some(t(110))
+    );
+    let entry = status.interceptor(IMP).unwrap();
+    assert_eq!(
+        entry.message.as_deref(),
+        Some(
+            format!(
+                "Could not evict a pod due to failing eviction requests, number of retries: {after}"
+            )
+            .as_str()
+        )
+    );
+    // 10 s after the last heartbeat: too soon for another (60 s rule).
+    assert_eq!(entry.heartbeat_time.as_ref().map(|t| t.0), Some(t(100)));
+    assert_eq!(d.requeue_after, Some(Duration::from_secs(requeue)));
+    assert_eq!(d.events.len(), 1);
+    assert_eq!(
+        (d.events[0].reason, d.events[0].type_),
+        ("EvictionFailed", EventType::Warning)
+    );
+    assert!(d.events[0].note.contains("429"), "{}", d.events[0].note);
+    // The backoff is recoverable from the status alone (restart).
+    let at = next_attempt_at(&status, Duration::from_secs(1), Duration::from_secs(1000));
+    let backoff = backoff(after, Duration::from_secs(1), Duration::from_secs(1000));
+    assert_eq!(at, t(110).checked_add(backoff).ok());
+}
+
+#[test]
+fn step8_failure_heartbeats_when_a_minute_passed() {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(0))
+        .build();
+    let d = after_eviction(&r, failed(None), t(61), &DecideSettings::default());
+    let status = d.status.unwrap();
+    assert_eq!(
+        status
+            .interceptor(IMP)
+            .unwrap()
+            .heartbeat_time
+            .as_ref()
+            .map(|t| t.0),
+        Some(t(61))
+    );
+}
+
+#[test]
+fn step8_failure_while_imperative_not_active_only_counts() {
+    // The request moved on (e.g. an interceptor was added by hand): S4 forbids touching the entry.
+    let r = request("uid").targets(&[]).all_processed().build();
+    let d = after_eviction(&r, failed(None), t(10), &DecideSettings::default());
+    let status = d.status.unwrap();
+    assert_eq!(status.failed_evictions(), 1);
+    assert_eq!(status.interceptor(IMP).unwrap().message, None);
+    assert_eq!(d.requeue_after, Some(Duration::from_secs(1)));
+}
+
+#[test]
+fn step8_success_waits_for_the_pod_to_go() {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .failures(2, Some(t(90)))
+        .build();
+    let d = after_eviction(
+        &r,
+        EvictionOutcome::Evicted,
+        t(101),
+        &DecideSettings::default(),
+    );
+    let status = d.status.unwrap();
+    assert!(
+        !status.is_terminal(),
+        "Evicted is set when the pod is gone, not when the API accepts"
+    );
+    assert_eq!(status.active_interceptors, [IMP]);
+    assert_eq!(status.failed_evictions(), 2);
+    assert_eq!(
+        status.interceptor(IMP).unwrap().message.as_deref(),
+        Some("Pod ns/p was evicted through the Eviction API; waiting for it to terminate.")
+    );
+    assert_eq!(
+        d.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+        ["Evicted"]
+    );
+    assert_eq!(d.requeue_after, Some(Duration::from_secs(599)));
+    assert_eq!(d.action, None);
+}
+
+#[test]
+fn step8_pod_gone_is_evicted_at_once() {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .build();
+    let d = after_eviction(
+        &r,
+        EvictionOutcome::PodGone,
+        t(101),
+        &DecideSettings::default(),
+    );
+    let status = d.status.unwrap();
+    let c = status.condition("Evicted").unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "PodDeleted")
+    );
+    assert!(status.active_interceptors.is_empty());
+    assert_eq!(
+        d.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+        ["Evicted"]
+    );
+    assert_eq!(d.requeue_after, None);
+}
+
+#[rstest]
+#[case::failed(failed(Some(5)))]
+#[case::evicted(EvictionOutcome::Evicted)]
+#[case::gone(EvictionOutcome::PodGone)]
+fn step8_terminal_request_is_left_alone(#[case] outcome: EvictionOutcome) {
+    let r = request("uid")
+        .targets(&[])
+        .condition("Canceled", "NoRequesters")
+        .build();
+    assert!(after_eviction(&r, outcome, t(5), &DecideSettings::default()).is_noop());
+}
