@@ -6,6 +6,7 @@
 //! the [`Settings`]: no client, no I/O. Lookups the view cannot answer (`Lookup::Unknown`,
 //! `Authorization::Skipped`) never deny on their own; they add a warning.
 
+pub mod eviction_request;
 pub mod names;
 pub mod verdict;
 
