@@ -71,7 +71,7 @@ fn e2_target_pod(spec: &EvictionRequestSpec) -> Result<(), String> {
 
 /// A pod name is a DNS-1123 subdomain: at most 253 characters of `[a-z0-9-.]`, each
 /// dot-separated part non-empty, starting and ending alphanumeric.
-fn validate_pod_name(name: &str) -> Result<(), String> {
+pub(super) fn validate_pod_name(name: &str) -> Result<(), String> {
     if name.len() > 253 {
         return Err("it must be at most 253 characters".into());
     }
@@ -179,8 +179,8 @@ fn e7_pod_check(
     verdict: &mut Verdict,
 ) {
     let target = &new.spec.target.pod;
-    if target.name.is_empty() {
-        return;
+    if validate_pod_name(&target.name).is_err() {
+        return; // E2 has denied; never look up a malformed name
     }
     let ns = namespace(req, new);
     match view.pod(ns, &target.name) {

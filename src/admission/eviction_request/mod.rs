@@ -73,6 +73,7 @@ pub fn access_checks(req: &ReviewRequest<'_, EvictionRequest>) -> Vec<AccessChec
 
 /// The pod (namespace, name) [`review_eviction_request`] will look up in the view, if any: the
 /// target on CREATE (E7); on UPDATE and DELETE only when U3 or D2 depend on whether it exists.
+/// `None` for a malformed pod name (E2 denies it without a lookup).
 pub fn target_pod(req: &ReviewRequest<'_, EvictionRequest>) -> Option<(String, String)> {
     let er = match (&req.operation, req.sub_resource) {
         (Operation::Create, None) => req.object,
@@ -83,7 +84,9 @@ pub fn target_pod(req: &ReviewRequest<'_, EvictionRequest>) -> Option<(String, S
         _ => None,
     }?;
     let name = &er.spec.target.pod.name;
-    (!name.is_empty()).then(|| (namespace(req, er).to_string(), name.clone()))
+    create::validate_pod_name(name)
+        .is_ok()
+        .then(|| (namespace(req, er).to_string(), name.clone()))
 }
 
 /// The object whose target pod the user must be allowed to delete: the new object on CREATE, the
@@ -261,6 +264,9 @@ mod tests {
             &user,
         );
         assert_eq!(target_pod(&status), None);
+        let malformed = request(UID).pod("a/b").build();
+        let create = review_request(Operation::Create, None, None, Some(&malformed), &user);
+        assert_eq!(target_pod(&create), None);
     }
 
     #[test]
