@@ -1,5 +1,62 @@
 //! The controllers that make the evictord APIs work. Each one is split into a pure decision core
 //! (`decide`: object, cached pod, clock → [`eviction_request::Decision`]) and a thin shell that
-//! applies the decision (status patch, eviction call, events, requeue).
+//! applies the decision (status patch, eviction call, events, requeue). They run on the elected
+//! leader only when leader election is on.
 
+pub mod eviction_api;
 pub mod eviction_request;
+mod leader;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::cli::ServeArgs;
+use crate::cluster::Caches;
+
+fn reporter() -> Reporter {
+    Reporter { controller: "evictord".into(), instance: std::env::var("POD_NAME").ok() }
+}
+
+/// Runs the enabled controllers until `shutdown` (on the leader only, with leader election).
+pub async fn run(client: Client, caches: Arc<Caches>, args: ServeArgs, shutdown: CancellationToken) {
+    if args.controllers.iter().all(|c| c == "none") {
+        info!("controllers disabled (--controllers=none)");
+        return;
+    }
+    if args.leader_election {
+        let election = args.clone();
+        leader::run_while_leader(client.clone(), &election, shutdown, move |term| start(client.clone(), caches.clone(), args.clone(), term)).await;
+    } else {
+        start(client, caches, args, shutdown).await;
+    }
+}
+
+/// Starts the enabled controllers and waits for them to stop (on `term`).
+async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: CancellationToken) {
+    let mut tasks = Vec::new();
+    if args.controller_enabled("evictionrequest") {
+        let ctx = Arc::new(eviction_request::reconciler::Context {
+            client: client.clone(),
+            caches: caches.clone(),
+            settings: eviction_request::DecideSettings {
+                interceptor_deadline: args.rules.interceptor_deadline,
+                min_heartbeat_interval: args.rules.min_heartbeat_interval,
+                backoff_base: args.eviction_backoff_base,
+                backoff_cap: args.eviction_backoff_cap,
+                extra_k8s_io_interceptors: args.rules.settings().extra_k8s_io_interceptors,
+                ..Default::default()
+            },
+            recorder: Recorder::new(client.clone(), reporter()),
+            eviction: Default::default(),
+        });
+        info!("starting the eviction request controller");
+        tasks.push(tokio::spawn(eviction_request::reconciler::run(ctx, term.clone())));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}

@@ -21,6 +21,7 @@ pub mod deadline;
 pub mod decide;
 pub mod decision;
 pub mod imperative;
+pub mod reconciler;
 
 #[cfg(test)]
 mod fixtures;

@@ -1,0 +1,210 @@
+//! The I/O shell of the eviction request controller: a kube-runtime `Controller` on
+//! EvictionRequests (triggered by the shared cache's change stream, plus pod changes mapped to
+//! the request named after the pod UID), which applies [`decide`]'s decisions: labels, one
+//! status patch guarded by `resourceVersion`, the eviction call, events, the requeue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::{Action, DecideSettings, Decision, EventType, after_eviction, decide};
+use crate::api::EvictionRequest;
+use crate::cluster::Caches;
+use crate::controller::eviction_api::EvictionApi;
+use crate::metrics::{ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics};
+
+const CONTROLLER: &str = "evictionrequest";
+
+/// Errors of one reconciliation (retried with a short backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The label patch failed.
+    #[error("patching labels of {0}: {1}")]
+    Labels(String, #[source] kube::Error),
+    /// The status patch failed (409/422 on a concurrent write: reconciled again at once).
+    #[error("patching status of {0}: {1}")]
+    Status(String, #[source] kube::Error),
+}
+
+/// What the reconciler needs.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Shared caches.
+    pub caches: Arc<Caches>,
+    /// Decision settings.
+    pub settings: DecideSettings,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Eviction API (version discovered once).
+    pub eviction: EvictionApi,
+}
+
+fn controller_label() -> ControllerLabel {
+    ControllerLabel { controller: CONTROLLER }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let caches = ctx.caches.clone();
+    caches.wait_synced().await;
+    let requests = caches.eviction_requests.store().clone();
+    let gauges = tokio::spawn(refresh_gauges(caches.clone(), shutdown.clone()));
+    // Existing requests are reconciled once at start; afterwards changes trigger reconciles.
+    let initial = futures::stream::once(async {});
+    Controller::for_shared_stream(caches.eviction_requests.changes(), requests)
+        .watches_shared_stream(caches.pods.changes(), |pod| {
+            Some(ObjectRef::<EvictionRequest>::new(pod.uid()).within(pod.namespace()))
+        })
+        .reconcile_all_on(initial)
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "reconcile did not complete");
+            }
+        })
+        .await;
+    gauges.abort();
+}
+
+fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    metrics().reconcile_retries.get_or_create(&controller_label()).inc();
+    let conflict = matches!(error, Error::Status(_, kube::Error::Api(e)) | Error::Labels(_, kube::Error::Api(e)) if e.code == 409 || e.code == 422);
+    if conflict {
+        debug!(%error, "concurrent write; reconciling again");
+        Requeue::requeue(Duration::from_millis(200))
+    } else {
+        warn!(%error, "reconcile failed; retrying");
+        Requeue::requeue(Duration::from_secs(2))
+    }
+}
+
+async fn reconcile(req: Arc<EvictionRequest>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = std::time::Instant::now();
+    let key = format!("{}/{}", req.namespace().unwrap_or_default(), req.name_any());
+    let span = info_span!("reconcile", controller = CONTROLLER, request = %key);
+    let result = reconcile_inner(req, &ctx).instrument(span).await;
+    metrics().reconcile_duration.get_or_create(&controller_label()).observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Requeue, Error> {
+    // Read the latest cached copy: the trigger may be older than the store.
+    let ns = req.namespace().unwrap_or_default();
+    let req = ctx.caches.eviction_requests.get(Some(&ns), &req.name_any()).unwrap_or(req);
+    let pod = ctx.caches.pods.get(Some(&ns), &req.spec.target.pod.name);
+    let decision = decide(&req, pod.as_deref(), Timestamp::now(), &ctx.settings);
+    let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
+    if let Some(Action::Evict { namespace, name, uid }) = &decision.action {
+        let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
+        let result = match &outcome {
+            super::EvictionOutcome::Evicted => "success",
+            super::EvictionOutcome::PodGone => "pod_gone",
+            super::EvictionOutcome::Failed { status_code: 429, .. } => "too_many_requests",
+            super::EvictionOutcome::Failed { .. } => "failure",
+        };
+        metrics().imperative_evictions.get_or_create(&ResultLabel { result }).inc();
+        let followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
+        let (_, later) = apply(ctx, &updated, &followup).await?;
+        requeue = earliest(requeue, later);
+    }
+    Ok(match requeue {
+        Some(d) => Requeue::requeue(d),
+        None => Requeue::await_change(),
+    })
+}
+
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// Applies labels, status, events and metrics of one decision; returns the request as written.
+async fn apply(ctx: &Context, req: &EvictionRequest, d: &Decision) -> Result<(EvictionRequest, Option<Duration>), Error> {
+    let ns = req.namespace().unwrap_or_default();
+    let name = req.name_any();
+    let api: Api<EvictionRequest> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut current = req.clone();
+    if let Some(labels) = &d.labels {
+        let patch = json!({"metadata": {"labels": labels, "resourceVersion": current.resource_version()}});
+        current = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| Error::Labels(name.clone(), e))?;
+    }
+    if let Some(status) = &d.status {
+        // One JSON patch: the test makes a concurrent writer's update fail this one (409/422)
+        // instead of being overwritten; `add` replaces the whole status.
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": current.resource_version()},
+            {"op": "add", "path": "/status", "value": status},
+        ]))
+        .unwrap_or_default();
+        current = api
+            .patch_status(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map_err(|e| Error::Status(name.clone(), e))?;
+    }
+    if let Some((interceptor, reason)) = &d.processed {
+        metrics()
+            .processed_interceptor
+            .get_or_create(&ProcessedLabels { interceptor: interceptor.clone(), reason: reason.as_str() })
+            .inc();
+    }
+    let reference = current.object_ref(&());
+    for e in &d.events {
+        let event = Event {
+            type_: match e.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.to_string(),
+            note: Some(e.note.chars().take(1000).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+            warn!(error = %err, reason = e.reason, "could not record event");
+        }
+    }
+    Ok((current, d.requeue_after))
+}
+
+/// Recomputes the gauges (active interceptor, active requester, queue depth) from the cache.
+async fn refresh_gauges(caches: Arc<Caches>, shutdown: CancellationToken) {
+    let m = metrics();
+    loop {
+        m.active_interceptor.clear();
+        m.active_requester.clear();
+        let mut open = 0;
+        for r in caches.eviction_requests.all() {
+            let status = r.status.clone().unwrap_or_default();
+            if status.is_terminal() {
+                continue;
+            }
+            open += 1;
+            for a in &status.active_interceptors {
+                m.active_interceptor.get_or_create(&InterceptorLabel { interceptor: a.clone() }).inc();
+            }
+            for q in &r.spec.requesters {
+                m.active_requester.get_or_create(&RequesterLabel { requester: q.name.clone() }).inc();
+            }
+        }
+        m.queue_depth.get_or_create(&controller_label()).set(open);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
+}
