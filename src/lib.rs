@@ -3,5 +3,6 @@
 
 pub mod api;
 pub mod cluster;
+pub mod drain;
 pub mod selector;
 pub mod admission;
