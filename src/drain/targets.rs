@@ -270,3 +270,169 @@ fn canonical_selector(selector: Option<&LabelSelector>) -> Option<(String, Label
     };
     Some((key.join(","), canonical))
 }
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+    use crate::drain::fixtures::{MAX, WithSelector, d, ds, label_map, st};
+
+    const PG: &[(&str, &str)] = &[("app", "postgres")];
+
+    fn kep_a() -> Vec<DrainPlanEntry> {
+        vec![d(5000), d(15000), ds(3000)]
+    }
+
+    fn kep_five() -> Vec<DrainPlanEntry> {
+        vec![d(1000), d(2000).sel(PG), d(MAX), ds(1000), ds(MAX), st(MAX)]
+    }
+
+    #[rstest]
+    #[case::first_entry(kep_a(), 0, vec![d(5000)])]
+    #[case::second_entry_replaces_lower_priority(kep_a(), 1, vec![d(15000)])]
+    #[case::next_type_added_after_previous(kep_a(), 2, vec![d(15000), ds(3000)])]
+    #[case::past_the_end_is_the_whole_plan(kep_a(), 99, vec![d(15000), ds(3000)])]
+    #[case::empty_plan(vec![], 0, vec![])]
+    #[case::selector_used_later_listed_at_base(kep_five(), 0, vec![d(1000), d(1000).sel(PG)])]
+    #[case::selector_own_entry_raises_it(kep_five(), 1, vec![d(1000), d(2000).sel(PG)])]
+    #[case::base_raises_selector(kep_five(), 2, vec![d(MAX), d(MAX).sel(PG)])]
+    #[case::selector_of_unreached_type_not_listed(vec![d(100), ds(100).sel(PG)], 0, vec![d(100)])]
+    #[case::selector_only_type(vec![ds(100).sel(PG)], 0, vec![ds(100).sel(PG)])]
+    #[case::selector_without_base_yet(vec![d(100).sel(PG), d(200)], 0, vec![d(100).sel(PG)])]
+    #[case::selector_entry_below_base(vec![d(5000), d(1000).sel(PG)], 1, vec![d(5000), d(5000).sel(PG)])]
+    #[case::selectors_in_canonical_order(
+        vec![d(100).sel(&[("app", "b")]), d(100).sel(&[("app", "a")]), d(200)],
+        2,
+        vec![d(200), d(200).sel(&[("app", "a")]), d(200).sel(&[("app", "b")])],
+    )]
+    #[case::empty_selector_is_no_selector(vec![d(100).sel(&[])], 0, vec![d(100)])]
+    fn targets_at_prefix(
+        #[case] plan: Vec<DrainPlanEntry>,
+        #[case] k: usize,
+        #[case] want: Vec<DrainPlanEntry>,
+    ) {
+        assert_eq!(targets_at(&plan, k), want);
+    }
+
+    #[rstest]
+    #[case::equal(vec![d(5000)], vec![d(5000)], true)]
+    #[case::higher_priority(vec![d(10000)], vec![d(5000)], true)]
+    #[case::lower_priority(vec![d(5000)], vec![d(10000)], false)]
+    #[case::anything_covers_nothing(vec![], vec![], true)]
+    #[case::nothing_covers_something(vec![], vec![d(1)], false)]
+    #[case::base_covers_selector_below_it(vec![d(200)], vec![d(100).sel(PG)], true)]
+    #[case::selector_does_not_cover_base(vec![d(100), d(500).sel(PG)], vec![d(200)], false)]
+    #[case::selector_covers_same_selector(vec![d(100), d(500).sel(PG)], vec![d(300).sel(PG)], true)]
+    #[case::other_selector_unrelated(vec![d(100), d(500).sel(&[("app", "x")])], vec![d(300).sel(PG)], false)]
+    #[case::unreached_type(vec![d(MAX)], vec![ds(1)], false)]
+    #[case::later_type_reached(vec![d(MAX), ds(1)], vec![d(MAX)], true)]
+    #[case::redundant_selector_target_is_equivalent(vec![d(1000)], vec![d(1000), d(1000).sel(PG)], true)]
+    #[case::non_canonical_list(vec![d(50), d(100)], vec![d(100)], true)]
+    fn covers_rows(
+        #[case] a: Vec<DrainPlanEntry>,
+        #[case] b: Vec<DrainPlanEntry>,
+        #[case] want: bool,
+    ) {
+        assert_eq!(covers(&a, &b), want);
+    }
+
+    #[rstest]
+    #[case::kep_node_one(vec![d(5000)], vec![d(10000)], vec![d(5000)], vec![d(10000)])]
+    #[case::type_only_in_one(vec![d(15000), ds(3000)], vec![d(15000)], vec![d(15000)], vec![d(15000), ds(3000)])]
+    #[case::same_types(vec![d(15000), ds(3000)], vec![d(15000), ds(4000)], vec![d(15000), ds(3000)], vec![d(15000), ds(4000)])]
+    #[case::incomparable(
+        vec![d(1000), d(2000).sel(PG)],
+        vec![d(1500)],
+        vec![d(1000), d(1500).sel(PG)],
+        vec![d(1500), d(2000).sel(PG)],
+    )]
+    #[case::selector_kept(vec![d(1000), d(1000).sel(PG)], vec![d(1000)], vec![d(1000), d(1000).sel(PG)], vec![d(1000), d(1000).sel(PG)])]
+    fn meet_and_join(
+        #[case] a: Vec<DrainPlanEntry>,
+        #[case] b: Vec<DrainPlanEntry>,
+        #[case] meet: Vec<DrainPlanEntry>,
+        #[case] join: Vec<DrainPlanEntry>,
+    ) {
+        assert_eq!(
+            least_powerful([a.as_slice(), b.as_slice()]),
+            Some(meet.clone())
+        );
+        assert_eq!(least_powerful([b.as_slice(), a.as_slice()]), Some(meet));
+        assert_eq!(never_backwards(&a, &b), join);
+        assert_eq!(never_backwards(&b, &a), join);
+    }
+
+    #[test]
+    fn least_powerful_of_none_and_of_three() {
+        assert_eq!(least_powerful([]), None);
+        let (a, b, c) = (vec![d(15000)], vec![d(10000)], vec![d(2000)]);
+        assert_eq!(
+            least_powerful([a.as_slice(), b.as_slice(), c.as_slice()]),
+            Some(vec![d(2000)])
+        );
+        assert_eq!(
+            never_backwards(&b, &c),
+            vec![d(10000)],
+            "the KEP's maintenance-c on node one"
+        );
+    }
+
+    /// Meet is the greatest lower bound and join the least upper bound, over a sample of lists.
+    #[test]
+    fn lattice_laws() {
+        let x: &[(&str, &str)] = &[("app", "x")];
+        let samples: Vec<TargetSet> = [
+            vec![],
+            vec![d(100)],
+            vec![d(1000)],
+            vec![d(1000), d(2000).sel(PG)],
+            vec![d(1500)],
+            vec![d(100).sel(x)],
+            vec![d(MAX), ds(100)],
+            vec![d(500), d(900).sel(x), d(700).sel(PG)],
+        ]
+        .iter()
+        .map(|l| TargetSet::from_entries(l))
+        .collect();
+        for a in &samples {
+            for b in &samples {
+                let (m, j) = (a.meet(b), a.join(b));
+                assert!(a.covers(&m) && b.covers(&m), "meet below {a:?} {b:?}");
+                assert!(j.covers(a) && j.covers(b), "join above {a:?} {b:?}");
+                assert!(m.equivalent(&b.meet(a)) && j.equivalent(&b.join(a)));
+                for c in &samples {
+                    if a.covers(c) && b.covers(c) {
+                        assert!(
+                            m.covers(c),
+                            "meet of {a:?} {b:?} is the greatest below, {c:?}"
+                        );
+                    }
+                    if c.covers(a) && c.covers(b) {
+                        assert!(
+                            c.covers(&j),
+                            "join of {a:?} {b:?} is the least above, {c:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[rstest]
+    #[case::below_base(PodType::Default, 900, &[], true)]
+    #[case::at_base(PodType::Default, 1000, &[], true)]
+    #[case::above_base(PodType::Default, 1500, &[], false)]
+    #[case::selector_matches(PodType::Default, 1500, PG, true)]
+    #[case::above_selector(PodType::Default, 2500, PG, false)]
+    #[case::other_type(PodType::DaemonSet, 1, PG, false)]
+    fn matches_pods(
+        #[case] t: PodType,
+        #[case] priority: i32,
+        #[case] labels: &[(&str, &str)],
+        #[case] want: bool,
+    ) {
+        let set = TargetSet::from_entries(&[d(1000), d(2000).sel(PG)]);
+        assert_eq!(set.matches(t, priority, &label_map(labels)), want);
+    }
+}

@@ -302,3 +302,56 @@ fn drain_pod_from_cached_pod() {
         (PodType::Default, true, true)
     );
 }
+
+/// Two maintenances with incomparable targets, each holding the other back on a different node
+/// (recorded progress differs per node): no single node is stuck, but the pair is. The older one
+/// wins on the node where it is held back, and both then run to the end of their plans.
+#[test]
+fn waiting_cycle_across_nodes_is_broken_for_the_older_maintenance() {
+    let pg: &[(&str, &str)] = &[("app", "pg")];
+    let status = |node: &str, targets| NodeMaintenanceNodeStatus {
+        node_ref: NodeReference { name: node.into() },
+        drain_targets: targets,
+        ..Default::default()
+    };
+    let mut m1 = nm(
+        "m1",
+        0,
+        vec![d(1000), d(2000).sel(pg), d(3000)],
+        &["n1", "n2"],
+    );
+    m1.drain_plan_position = Some(1);
+    m1.node_statuses = vec![status("n1", vec![d(1000), d(2000).sel(pg)])];
+    let mut m2 = nm("m2", 10, vec![d(1500), d(MAX)], &["n1", "n2"]);
+    m2.drain_plan_position = Some(0);
+    m2.node_statuses = vec![status("n2", vec![d(1500)])];
+    let mut w = World::new(vec![m1, m2]);
+    w.step();
+    let resolved = DrainEvent::DeadlockResolved {
+        node: "n2".into(),
+        winner: "m1".into(),
+    };
+    assert!(w.out("m1").events.contains(&resolved) && w.out("m2").events.contains(&resolved));
+    assert!(w.out("m1").drained);
+    assert_eq!(
+        (
+            w.out("m1").drain_plan_position,
+            w.out("m2").drain_plan_position
+        ),
+        (2, 1)
+    );
+    w.expect(
+        "m2",
+        "n1",
+        &[d(3000), d(3000).sel(pg)],
+        "Waiting for m1.",
+        Some((0, 0)),
+    );
+    w.expect(
+        "m2",
+        "n2",
+        &[d(3000), d(3000).sel(pg)],
+        "Waiting for m1.",
+        Some((0, 0)),
+    );
+}
