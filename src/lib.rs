@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod drain;
 pub mod metrics;
 pub mod selector;
 pub mod serve;

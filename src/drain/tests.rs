@@ -1,0 +1,357 @@
+//! Edge cases of [`plan_drain`](super::plan_drain): empty nodes, pods that reappear, pods the
+//! Eviction API cannot remove, terminal pods, recorded progress, and the deadlock breaker.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::api::{
+    INTERCEPTORS_ANNOTATION, MIRROR_POD_ANNOTATION, NodeMaintenanceNodeStatus, NodeReference,
+    PodType,
+};
+use crate::cluster::CachedPod;
+
+use super::fixtures::{MAX, WithSelector, World, d, ds, nm, pod, st};
+use super::{DrainEvent, DrainPod, PodRef, plan_drain};
+
+/// The twelve default entries admission inserts (SPEC 3.2 M2).
+fn default_plan() -> Vec<crate::api::DrainPlanEntry> {
+    let prios = [1_000_000_000, 2_000_000_000, 2_000_001_000, MAX];
+    let mut plan: Vec<_> = prios.iter().map(|&p| d(p)).collect();
+    plan.extend(prios.iter().map(|&p| ds(p)));
+    plan.extend(prios.iter().map(|&p| st(p)));
+    plan
+}
+
+#[test]
+fn empty_node_finishes_the_whole_plan_in_one_pass() {
+    let mut w = World::new(vec![nm("m", 0, default_plan(), &["n"])]);
+    w.step();
+    let out = w.out("m");
+    assert!(out.drained);
+    assert_eq!(out.drain_plan_position, 11);
+    assert_eq!(
+        out.events,
+        vec![DrainEvent::PlanAdvanced { from: 0, to: 11 }]
+    );
+    assert!(out.pods_to_request.is_empty());
+    w.expect(
+        "m",
+        "n",
+        &[d(MAX), ds(MAX), st(MAX)],
+        "Drained",
+        Some((0, 0)),
+    );
+    // Nothing changes on the next pass, and no event repeats.
+    w.step();
+    assert!(w.out("m").drained && w.out("m").events.is_empty());
+}
+
+#[test]
+fn maintenance_without_nodes_is_drained() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(5), d(10)], &[])]);
+    w.step();
+    assert!(w.out("m").drained && w.out("m").node_statuses.is_empty());
+    assert_eq!(w.out("m").drain_plan_position, 1);
+}
+
+#[test]
+fn pod_appearing_that_matches_an_earlier_entry_is_targeted_again() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(100), d(200)], &["n"])]);
+    w.add([pod("high").on("n").priority(150)]);
+    w.step();
+    w.expect("m", "n", &[d(200)], "Evacuating", Some((1, 0)));
+    assert_eq!(w.out("m").drain_plan_position, 1);
+
+    w.add([pod("late").on("n").priority(50).requested()]);
+    w.step();
+    w.expect("m", "n", &[d(200)], "Evacuating", Some((1, 1)));
+    let requested: Vec<&str> = w
+        .out("m")
+        .pods_to_request
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(requested, ["high", "late"]);
+    assert_eq!(
+        w.out("m").drain_plan_position,
+        1,
+        "the position never moves back"
+    );
+}
+
+#[test]
+fn non_evictable_daemonset_pod_is_requested_but_does_not_block_drained() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);
+    w.add([pod("agent").on("n").priority(2_000_001_000).ds()]);
+    w.step();
+    let out = w.out("m");
+    assert!(out.drained);
+    assert_eq!(
+        out.pods_to_request,
+        vec![PodRef {
+            namespace: "default".into(),
+            name: "agent".into(),
+            uid: "uid-agent".into()
+        }]
+    );
+    w.expect(
+        "m",
+        "n",
+        &[d(MAX), ds(MAX)],
+        "Drained; 1 pod not evictable by the API: default/agent",
+        Some((1, 0)),
+    );
+}
+
+#[test]
+fn non_evictable_pods_are_named_up_to_five() {
+    let mut w = World::new(vec![nm("m", 0, vec![ds(MAX)], &["n"])]);
+    w.add((0..7).map(|i| pod(&format!("ds{i}")).on("n").ds()));
+    w.add([pod("web").on("n").ds().intercepted()]);
+    w.step();
+    assert!(
+        !w.out("m").drained,
+        "the intercepted DaemonSet pod can be evicted, so it blocks"
+    );
+    w.expect(
+        "m",
+        "n",
+        &[ds(MAX)],
+        "Evacuating; 7 pods not evictable by the API: default/ds0, default/ds1, default/ds2, default/ds3, default/ds4, and 2 more",
+        Some((8, 0)),
+    );
+}
+
+#[test]
+fn terminal_pods_block_nothing_and_get_no_request() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(100)], &["n"])]);
+    w.add([pod("done").on("n").priority(5).terminal()]);
+    w.step();
+    assert!(w.out("m").drained && w.out("m").pods_to_request.is_empty());
+    w.expect("m", "n", &[d(100)], "Drained", Some((0, 0)));
+}
+
+#[test]
+fn recorded_progress_is_kept_and_never_moves_backwards() {
+    let mut m = nm("m", 0, vec![d(100), d(200), d(300)], &["n"]);
+    m.drain_plan_position = Some(1);
+    // Recorded beyond the maintenance's own targets, e.g. by an older maintenance since completed.
+    m.node_statuses = vec![NodeMaintenanceNodeStatus {
+        node_ref: NodeReference { name: "n".into() },
+        drain_targets: vec![d(250)],
+        ..Default::default()
+    }];
+    let mut w = World::new(vec![m]);
+    w.add([pod("p").on("n").priority(220)]);
+    w.step();
+    w.expect(
+        "m",
+        "n",
+        &[d(250)],
+        "Evacuating (fast-forwarded)",
+        Some((1, 0)),
+    );
+    assert_eq!(w.out("m").drain_plan_position, 1);
+    assert!(
+        w.out("m").events.is_empty(),
+        "the recorded status already showed the fast-forward"
+    );
+}
+
+#[test]
+fn out_of_range_recorded_position_is_clamped() {
+    let mut m = nm("m", 0, vec![d(100)], &["n"]);
+    m.drain_plan_position = Some(7);
+    let out = plan_drain(&World::new(vec![m]).input);
+    assert_eq!(out.maintenances[0].drain_plan_position, 0);
+    assert!(out.maintenances[0].drained);
+}
+
+/// M (older) and X have incomparable targets on node n once M reaches its selector entry: the
+/// meet is below both, so both would wait forever. The node follows the older M.
+#[test]
+fn incomparable_targets_follow_the_older_maintenance() {
+    let pg: &[(&str, &str)] = &[("app", "pg")];
+    let mut w = World::new(vec![
+        nm(
+            "maintenance-m",
+            0,
+            vec![d(1000), d(2000).sel(pg), d(3000)],
+            &["n"],
+        ),
+        nm("maintenance-x", 10, vec![d(1500), d(MAX)], &["n"]),
+    ]);
+    w.add([
+        pod("pg-1800").on("n").priority(1800).labels(pg),
+        pod("plain-1200").on("n").priority(1200),
+    ]);
+    w.step();
+    w.expect(
+        "maintenance-m",
+        "n",
+        &[d(1000), d(2000).sel(pg)],
+        "Evacuating",
+        Some((1, 0)),
+    );
+    w.expect(
+        "maintenance-x",
+        "n",
+        &[d(1000), d(2000).sel(pg)],
+        "Evacuating (limited by maintenance-m)",
+        Some((1, 0)),
+    );
+    let resolved = DrainEvent::DeadlockResolved {
+        node: "n".into(),
+        winner: "maintenance-m".into(),
+    };
+    assert!(w.out("maintenance-m").events.contains(&resolved));
+    assert!(w.out("maintenance-x").events.contains(&resolved));
+    assert!(
+        w.out("maintenance-x")
+            .events
+            .contains(&DrainEvent::FastForwarded {
+                node: "n".into(),
+                by: Some("maintenance-m".into()),
+                older: true
+            })
+    );
+
+    w.evict("pg-1800");
+    w.step();
+    assert_eq!(w.out("maintenance-m").drain_plan_position, 2);
+    w.expect(
+        "maintenance-m",
+        "n",
+        &[d(1500), d(2000).sel(pg)],
+        "Evacuating (limited by maintenance-x)",
+        Some((1, 0)),
+    );
+    w.expect(
+        "maintenance-x",
+        "n",
+        &[d(1500), d(2000).sel(pg)],
+        "Evacuating (fast-forwarded by older maintenance-m)",
+        Some((1, 0)),
+    );
+    assert!(
+        w.out("maintenance-x").events.is_empty(),
+        "fast-forward reported once"
+    );
+
+    // x reaches its last entry; m, at the end of its plan, holds the node at 3000 until it completes.
+    w.evict("plain-1200");
+    w.step();
+    assert!(w.out("maintenance-m").drained);
+    assert_eq!(w.out("maintenance-x").drain_plan_position, 1);
+    w.expect(
+        "maintenance-x",
+        "n",
+        &[d(3000), d(3000).sel(pg)],
+        "Waiting for maintenance-m.",
+        Some((0, 0)),
+    );
+}
+
+#[test]
+fn drain_pod_from_cached_pod() {
+    let owner = OwnerReference {
+        kind: "DaemonSet".into(),
+        controller: Some(true),
+        ..Default::default()
+    };
+    let mut ds_pod = CachedPod {
+        metadata: ObjectMeta {
+            name: Some("agent".into()),
+            namespace: Some("kube-system".into()),
+            uid: Some("u1".into()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    ds_pod.spec.priority = Some(7);
+    let p = DrainPod::from_cached(&ds_pod, true);
+    assert_eq!(
+        (p.pod_type, p.priority, p.evictable, p.has_request),
+        (PodType::DaemonSet, 7, false, true)
+    );
+    assert_eq!(
+        (p.name.as_str(), p.namespace.as_str(), p.uid.as_str()),
+        ("agent", "kube-system", "u1")
+    );
+
+    ds_pod.metadata.annotations = Some(
+        [(
+            INTERCEPTORS_ANNOTATION.to_string(),
+            "agent.example.com".to_string(),
+        )]
+        .into(),
+    );
+    assert!(DrainPod::from_cached(&ds_pod, false).evictable);
+
+    let mut mirror = CachedPod::default();
+    mirror.metadata.annotations =
+        Some([(MIRROR_POD_ANNOTATION.to_string(), "x".to_string())].into());
+    let p = DrainPod::from_cached(&mirror, false);
+    assert_eq!((p.pod_type, p.evictable), (PodType::Static, false));
+
+    let mut done = CachedPod::default();
+    done.status.phase = Some("Succeeded".into());
+    let p = DrainPod::from_cached(&done, false);
+    assert_eq!(
+        (p.pod_type, p.evictable, p.terminal),
+        (PodType::Default, true, true)
+    );
+}
+
+/// Two maintenances with incomparable targets, each holding the other back on a different node
+/// (recorded progress differs per node): no single node is stuck, but the pair is. The older one
+/// wins on the node where it is held back, and both then run to the end of their plans.
+#[test]
+fn waiting_cycle_across_nodes_is_broken_for_the_older_maintenance() {
+    let pg: &[(&str, &str)] = &[("app", "pg")];
+    let status = |node: &str, targets| NodeMaintenanceNodeStatus {
+        node_ref: NodeReference { name: node.into() },
+        drain_targets: targets,
+        ..Default::default()
+    };
+    let mut m1 = nm(
+        "m1",
+        0,
+        vec![d(1000), d(2000).sel(pg), d(3000)],
+        &["n1", "n2"],
+    );
+    m1.drain_plan_position = Some(1);
+    m1.node_statuses = vec![status("n1", vec![d(1000), d(2000).sel(pg)])];
+    let mut m2 = nm("m2", 10, vec![d(1500), d(MAX)], &["n1", "n2"]);
+    m2.drain_plan_position = Some(0);
+    m2.node_statuses = vec![status("n2", vec![d(1500)])];
+    let mut w = World::new(vec![m1, m2]);
+    w.step();
+    let resolved = DrainEvent::DeadlockResolved {
+        node: "n2".into(),
+        winner: "m1".into(),
+    };
+    assert!(w.out("m1").events.contains(&resolved) && w.out("m2").events.contains(&resolved));
+    assert!(w.out("m1").drained);
+    assert_eq!(
+        (
+            w.out("m1").drain_plan_position,
+            w.out("m2").drain_plan_position
+        ),
+        (2, 1)
+    );
+    w.expect(
+        "m2",
+        "n1",
+        &[d(3000), d(3000).sel(pg)],
+        "Waiting for m1.",
+        Some((0, 0)),
+    );
+    w.expect(
+        "m2",
+        "n2",
+        &[d(3000), d(3000).sel(pg)],
+        "Waiting for m1.",
+        Some((0, 0)),
+    );
+}
