@@ -11,7 +11,9 @@ use anyhow::Context as _;
 use axum_server::tls_rustls::RustlsConfig;
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -49,15 +51,32 @@ impl TlsSource {
 
 fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
     let data = secret.data.as_ref()?;
-    let get = |k: &str| data.get(k).and_then(|b| String::from_utf8(b.0.clone()).ok());
-    Some(CertBundle { ca_pem: get(CA_FILE)?, ca_key_pem: get(CA_KEY_FILE), cert_pem: get(CERT_FILE)?, key_pem: get(KEY_FILE)? })
+    let get = |k: &str| {
+        data.get(k)
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+    };
+    Some(CertBundle {
+        ca_pem: get(CA_FILE)?,
+        ca_key_pem: get(CA_KEY_FILE),
+        cert_pem: get(CERT_FILE)?,
+        key_pem: get(KEY_FILE)?,
+    })
 }
 
 fn secret_data(bundle: &CertBundle) -> BTreeMap<String, ByteString> {
     let mut data = BTreeMap::from([
-        (CA_FILE.to_string(), ByteString(bundle.ca_pem.clone().into_bytes())),
-        (CERT_FILE.to_string(), ByteString(bundle.cert_pem.clone().into_bytes())),
-        (KEY_FILE.to_string(), ByteString(bundle.key_pem.clone().into_bytes())),
+        (
+            CA_FILE.to_string(),
+            ByteString(bundle.ca_pem.clone().into_bytes()),
+        ),
+        (
+            CERT_FILE.to_string(),
+            ByteString(bundle.cert_pem.clone().into_bytes()),
+        ),
+        (
+            KEY_FILE.to_string(),
+            ByteString(bundle.key_pem.clone().into_bytes()),
+        ),
     ]);
     if let Some(k) = &bundle.ca_key_pem {
         data.insert(CA_KEY_FILE.to_string(), ByteString(k.clone().into_bytes()));
@@ -70,13 +89,25 @@ fn secret_data(bundle: &CertBundle) -> BTreeMap<String, ByteString> {
 /// # Errors
 /// When the Secret or directory cannot be read or written, or generation fails.
 pub async fn obtain(args: &ServeArgs, client: Option<&Client>) -> anyhow::Result<TlsSource> {
-    let names = tls::serving_names(args.service_name.as_deref(), args.service_namespace.as_deref());
+    let names = tls::serving_names(
+        args.service_name.as_deref(),
+        args.service_namespace.as_deref(),
+    );
     let (store, bundle) = match (&args.tls_secret, client) {
         (Some(name), Some(client)) => {
-            let ns = args.service_namespace.clone().unwrap_or_else(|| "default".into());
+            let ns = args
+                .service_namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
             let bundle = secret_bundle_or_create(&api, name, &names, args.cert_validity).await?;
-            (Store::Secret { api, name: name.clone() }, bundle)
+            (
+                Store::Secret {
+                    api,
+                    name: name.clone(),
+                },
+                bundle,
+            )
         }
         _ => {
             let dir = args.cert_dir.clone();
@@ -99,13 +130,29 @@ pub async fn obtain(args: &ServeArgs, client: Option<&Client>) -> anyhow::Result
         (Some(c), Some(name), true) => Some((c.clone(), name.clone())),
         _ => None,
     };
-    let source = TlsSource { store, bundle, names, validity: args.cert_validity, check_interval: args.cert_check_interval, ca_patch };
+    let source = TlsSource {
+        store,
+        bundle,
+        names,
+        validity: args.cert_validity,
+        check_interval: args.cert_check_interval,
+        ca_patch,
+    };
     patch_ca_bundle(&source).await;
     Ok(source)
 }
 
-async fn secret_bundle_or_create(api: &Api<Secret>, name: &str, names: &[String], validity: std::time::Duration) -> anyhow::Result<CertBundle> {
-    if let Some(s) = api.get_opt(name).await.context("reading the certificate Secret")? {
+async fn secret_bundle_or_create(
+    api: &Api<Secret>,
+    name: &str,
+    names: &[String],
+    validity: std::time::Duration,
+) -> anyhow::Result<CertBundle> {
+    if let Some(s) = api
+        .get_opt(name)
+        .await
+        .context("reading the certificate Secret")?
+    {
         if let Some(b) = bundle_from_secret(&s) {
             info!(secret = name, "loaded certificates from the Secret");
             return Ok(b);
@@ -114,19 +161,28 @@ async fn secret_bundle_or_create(api: &Api<Secret>, name: &str, names: &[String]
     }
     let bundle = tls::generate(names, validity, Timestamp::now())?;
     let secret = Secret {
-        metadata: kube::api::ObjectMeta { name: Some(name.to_string()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
         type_: Some("kubernetes.io/tls".into()),
         data: Some(secret_data(&bundle)),
         ..Default::default()
     };
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {
-            info!(secret = name, "generated certificates and stored them in the Secret");
+            info!(
+                secret = name,
+                "generated certificates and stored them in the Secret"
+            );
             Ok(bundle)
         }
         // Another replica won the race: use its copy so that every replica serves one CA.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let s = api.get(name).await.context("reading the certificate Secret after a lost race")?;
+            let s = api
+                .get(name)
+                .await
+                .context("reading the certificate Secret after a lost race")?;
             bundle_from_secret(&s).context("the Secret created by another replica is incomplete")
         }
         Err(e) => Err(e).context("creating the certificate Secret"),
@@ -135,7 +191,9 @@ async fn secret_bundle_or_create(api: &Api<Secret>, name: &str, names: &[String]
 
 /// Writes the CA into the `caBundle` of every webhook of evictord's own configurations.
 async fn patch_ca_bundle(source: &TlsSource) {
-    let Some((client, name)) = &source.ca_patch else { return };
+    let Some((client, name)) = &source.ca_patch else {
+        return;
+    };
     let ca = ByteString(source.bundle.ca_pem.clone().into_bytes());
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -146,14 +204,24 @@ async fn patch_ca_bundle(source: &TlsSource) {
                 w.client_config.ca_bundle = Some(ca.clone());
             }
             v.metadata.managed_fields = None;
-            vapi.patch(name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"webhooks": v.webhooks}))).await?;
+            vapi.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"webhooks": v.webhooks})),
+            )
+            .await?;
             info!(configuration = %name, webhooks = count, "patched caBundle (validating)");
         }
         if let Some(mut m) = mapi.get_opt(name).await? {
             for w in m.webhooks.iter_mut().flatten() {
                 w.client_config.ca_bundle = Some(ca.clone());
             }
-            mapi.patch(name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"webhooks": m.webhooks}))).await?;
+            mapi.patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({"webhooks": m.webhooks})),
+            )
+            .await?;
             info!(configuration = %name, "patched caBundle (mutating)");
         }
         Ok(())
@@ -167,7 +235,11 @@ async fn patch_ca_bundle(source: &TlsSource) {
 async fn current(source: &TlsSource) -> anyhow::Result<Option<CertBundle>> {
     Ok(match &source.store {
         Store::Dir(dir) => tls::load_dir(dir)?,
-        Store::Secret { api, name } => api.get_opt(name).await?.as_ref().and_then(bundle_from_secret),
+        Store::Secret { api, name } => api
+            .get_opt(name)
+            .await?
+            .as_ref()
+            .and_then(bundle_from_secret),
     })
 }
 
@@ -202,7 +274,9 @@ pub async fn keep_fresh(mut source: TlsSource, rustls: RustlsConfig, shutdown: C
 }
 
 async fn refresh(source: &mut TlsSource, rustls: &RustlsConfig) -> anyhow::Result<()> {
-    let mut latest = current(source).await?.unwrap_or_else(|| source.bundle.clone());
+    let mut latest = current(source)
+        .await?
+        .unwrap_or_else(|| source.bundle.clone());
     if Timestamp::now() >= tls::renewal_time(&latest)? && latest.ca_key_pem.is_some() {
         let renewed = tls::renew(&latest, &source.names, source.validity, Timestamp::now())?;
         match store_renewed(source, &renewed).await {
@@ -210,7 +284,9 @@ async fn refresh(source: &mut TlsSource, rustls: &RustlsConfig) -> anyhow::Resul
                 info!("renewed the serving certificate");
                 latest = renewed;
             }
-            Err(e) => warn!(error = %e, "storing the renewed certificate failed (another replica may have renewed)"),
+            Err(e) => {
+                warn!(error = %e, "storing the renewed certificate failed (another replica may have renewed)")
+            }
         }
     }
     if latest != source.bundle {

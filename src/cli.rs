@@ -35,7 +35,8 @@ pub enum Command {
 /// # Errors
 /// When the text is not a duration.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 90s, 20m or 1h: {e}"))
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration like 90s, 20m or 1h: {e}"))
 }
 
 /// Rule settings shared by `serve` and `review`.
@@ -56,7 +57,12 @@ impl RuleArgs {
     /// The admission settings these flags describe.
     pub fn settings(&self) -> crate::admission::Settings {
         crate::admission::Settings {
-            extra_k8s_io_interceptors: self.extra_k8s_io_interceptors.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            extra_k8s_io_interceptors: self
+                .extra_k8s_io_interceptors
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
             min_heartbeat_interval: self.min_heartbeat_interval,
             interceptor_deadline: self.interceptor_deadline,
             ..Default::default()

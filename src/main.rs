@@ -25,13 +25,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::WebhookConfig(args) => {
-            let ca = std::fs::read(&args.ca_file).map_err(|e| anyhow::anyhow!("reading {}: {e}", args.ca_file.display()))?;
-            print!("{}", evictord::admission::registration::yaml(&args.name, &args.url_base, &ca, args.match_conditions)?);
+            let ca = std::fs::read(&args.ca_file)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.ca_file.display()))?;
+            print!(
+                "{}",
+                evictord::admission::registration::yaml(
+                    &args.name,
+                    &args.url_base,
+                    &ca,
+                    args.match_conditions
+                )?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Review(args) => {
             let input = match &args.file {
-                Some(path) => std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+                Some(path) => std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
                 None => {
                     let mut buf = Vec::new();
                     std::io::stdin().read_to_end(&mut buf)?;
@@ -39,11 +49,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             let objects = match &args.objects {
-                Some(path) => Some(std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?),
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+                ),
                 None => None,
             };
             let now = args.now.unwrap_or_else(jiff::Timestamp::now);
-            let response = evictord::admission::offline::review(&input, objects.as_deref(), now, &args.rules.settings())?;
+            let response = evictord::admission::offline::review(
+                &input,
+                objects.as_deref(),
+                now,
+                &args.rules.settings(),
+            )?;
             println!("{}", serde_json::to_string_pretty(&response)?);
             Ok(ExitCode::SUCCESS)
         }
@@ -52,7 +70,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rustls::crypto::ring::default_provider()
                 .install_default()
                 .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(evictord::serve::run(*args))?;
             Ok(ExitCode::SUCCESS)
         }

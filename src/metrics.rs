@@ -110,13 +110,17 @@ impl Metrics {
     fn new() -> Self {
         let mut m = Self {
             admission_requests: Family::default(),
-            admission_duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            admission_duration: Family::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            ),
             imperative_evictions: Family::default(),
             active_interceptor: Family::default(),
             processed_interceptor: Family::default(),
             active_requester: Family::default(),
             pod_interceptors: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 16.0]),
-            reconcile_duration: Family::new_with_constructor(reconcile_histogram as fn() -> Histogram),
+            reconcile_duration: Family::new_with_constructor(
+                reconcile_histogram as fn() -> Histogram,
+            ),
             reconcile_retries: Family::default(),
             queue_depth: Family::default(),
             maintenances: Family::default(),
@@ -126,20 +130,76 @@ impl Metrics {
             registry: Registry::default(),
         };
         let r = &mut m.registry;
-        r.register("evictord_admission_requests", "Admission requests by resource, operation and verdict", m.admission_requests.clone());
-        r.register("evictord_admission_duration_seconds", "Admission review latency", m.admission_duration.clone());
-        r.register("evictionrequest_controller_imperative_evictions", "API-initiated evictions by result", m.imperative_evictions.clone());
-        r.register("evictionrequest_controller_active_interceptor", "EvictionRequests whose active interceptor is this one", m.active_interceptor.clone());
-        r.register("evictionrequest_controller_processed_interceptor", "Interceptors that finished their turn, by reason", m.processed_interceptor.clone());
-        r.register("evictionrequest_controller_active_requester", "Open EvictionRequests per requester", m.active_requester.clone());
-        r.register("evictionrequest_controller_pod_interceptors", "Interceptors declared per pod", m.pod_interceptors.clone());
-        r.register("evictord_reconcile_duration_seconds", "Reconcile duration per controller", m.reconcile_duration.clone());
-        r.register("evictord_reconcile_retries", "Failed reconciles (retried) per controller", m.reconcile_retries.clone());
-        r.register("evictord_queue_depth", "Objects queued for reconcile per controller", m.queue_depth.clone());
-        r.register("nodemaintenance_controller_maintenances", "NodeMaintenances per stage", m.maintenances.clone());
-        r.register("nodemaintenance_controller_pods_pending_evacuation", "Targeted pods without an EvictionRequest", m.pods_pending_evacuation.clone());
-        r.register("nodemaintenance_controller_pods_evacuating", "Targeted pods with an EvictionRequest", m.pods_evacuating.clone());
-        r.register("nodemaintenance_controller_drain_duration_seconds", "Time from the Drain stage to Drained", m.drain_duration.clone());
+        r.register(
+            "evictord_admission_requests",
+            "Admission requests by resource, operation and verdict",
+            m.admission_requests.clone(),
+        );
+        r.register(
+            "evictord_admission_duration_seconds",
+            "Admission review latency",
+            m.admission_duration.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_imperative_evictions",
+            "API-initiated evictions by result",
+            m.imperative_evictions.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_active_interceptor",
+            "EvictionRequests whose active interceptor is this one",
+            m.active_interceptor.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_processed_interceptor",
+            "Interceptors that finished their turn, by reason",
+            m.processed_interceptor.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_active_requester",
+            "Open EvictionRequests per requester",
+            m.active_requester.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_pod_interceptors",
+            "Interceptors declared per pod",
+            m.pod_interceptors.clone(),
+        );
+        r.register(
+            "evictord_reconcile_duration_seconds",
+            "Reconcile duration per controller",
+            m.reconcile_duration.clone(),
+        );
+        r.register(
+            "evictord_reconcile_retries",
+            "Failed reconciles (retried) per controller",
+            m.reconcile_retries.clone(),
+        );
+        r.register(
+            "evictord_queue_depth",
+            "Objects queued for reconcile per controller",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_maintenances",
+            "NodeMaintenances per stage",
+            m.maintenances.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_pods_pending_evacuation",
+            "Targeted pods without an EvictionRequest",
+            m.pods_pending_evacuation.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_pods_evacuating",
+            "Targeted pods with an EvictionRequest",
+            m.pods_evacuating.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_drain_duration_seconds",
+            "Time from the Drain stage to Drained",
+            m.drain_duration.clone(),
+        );
         m
     }
 
@@ -165,9 +225,16 @@ mod tests {
     #[test]
     fn names_are_exposed() {
         let m = metrics();
-        m.imperative_evictions.get_or_create(&ResultLabel { result: "success" }).inc();
+        m.imperative_evictions
+            .get_or_create(&ResultLabel { result: "success" })
+            .inc();
         let text = m.encode();
-        assert!(text.contains("evictionrequest_controller_imperative_evictions_total{result=\"success\"}"), "{text}");
+        assert!(
+            text.contains(
+                "evictionrequest_controller_imperative_evictions_total{result=\"success\"}"
+            ),
+            "{text}"
+        );
         assert!(text.contains("# TYPE evictord_admission_duration_seconds histogram"));
     }
 }

@@ -19,7 +19,9 @@ pub fn node_selector_matches(selector: &NodeSelector, node_name: &str, labels: &
         if exprs.is_empty() && fields.is_empty() {
             return false;
         }
-        exprs.iter().all(|r| node_requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        exprs
+            .iter()
+            .all(|r| node_requirement_matches(r, labels.get(&r.key).map(String::as_str)))
             && fields.iter().all(|r| {
                 let value = (r.key == "metadata.name").then_some(node_name);
                 node_requirement_matches(r, value)
@@ -35,10 +37,17 @@ fn node_requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) ->
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), values.first().and_then(|b| b.parse::<i64>().ok())) else {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
                 return false;
             };
-            if r.operator == "Gt" { v > bound } else { v < bound }
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -49,7 +58,9 @@ fn node_requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) ->
 pub fn validate_node_selector(selector: &NodeSelector, path: &str) -> Vec<String> {
     let mut errors = Vec::new();
     if selector.node_selector_terms.is_empty() {
-        errors.push(format!("{path}.nodeSelectorTerms must have at least one term"));
+        errors.push(format!(
+            "{path}.nodeSelectorTerms must have at least one term"
+        ));
     }
     for (i, term) in selector.node_selector_terms.iter().enumerate() {
         let term_path = format!("{path}.nodeSelectorTerms[{i}]");
@@ -59,10 +70,18 @@ pub fn validate_node_selector(selector: &NodeSelector, path: &str) -> Vec<String
             errors.push(format!("{term_path} must have matchExpressions or matchFields (an empty term matches no node)"));
         }
         for (j, r) in exprs.iter().enumerate() {
-            errors.extend(validate_node_requirement(r, &format!("{term_path}.matchExpressions[{j}]"), false));
+            errors.extend(validate_node_requirement(
+                r,
+                &format!("{term_path}.matchExpressions[{j}]"),
+                false,
+            ));
         }
         for (j, r) in fields.iter().enumerate() {
-            errors.extend(validate_node_requirement(r, &format!("{term_path}.matchFields[{j}]"), true));
+            errors.extend(validate_node_requirement(
+                r,
+                &format!("{term_path}.matchFields[{j}]"),
+                true,
+            ));
         }
     }
     errors
@@ -73,7 +92,10 @@ fn validate_node_requirement(r: &NodeSelectorRequirement, path: &str, field: boo
     let values = r.values.as_deref().unwrap_or_default();
     if field {
         if r.key != "metadata.name" {
-            errors.push(format!("{path}.key: only \"metadata.name\" is supported in matchFields, got {:?}", r.key));
+            errors.push(format!(
+                "{path}.key: only \"metadata.name\" is supported in matchFields, got {:?}",
+                r.key
+            ));
         }
         if !matches!(r.operator.as_str(), "In" | "NotIn") || values.len() != 1 {
             errors.push(format!("{path}: matchFields on metadata.name need operator In or NotIn with exactly one value"));
@@ -84,13 +106,24 @@ fn validate_node_requirement(r: &NodeSelectorRequirement, path: &str, field: boo
         errors.push(format!("{path}.key: {e}"));
     }
     match r.operator.as_str() {
-        "In" | "NotIn" if values.is_empty() => errors.push(format!("{path}.values: must be non-empty for operator {}", r.operator)),
-        "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(format!("{path}.values: must be empty for operator {}", r.operator)),
+        "In" | "NotIn" if values.is_empty() => errors.push(format!(
+            "{path}.values: must be non-empty for operator {}",
+            r.operator
+        )),
+        "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(format!(
+            "{path}.values: must be empty for operator {}",
+            r.operator
+        )),
         "Gt" | "Lt" if values.len() != 1 || values[0].parse::<i64>().is_err() => {
-            errors.push(format!("{path}.values: operator {} needs exactly one integer value", r.operator))
+            errors.push(format!(
+                "{path}.values: operator {} needs exactly one integer value",
+                r.operator
+            ))
         }
         "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-        other => errors.push(format!("{path}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt")),
+        other => errors.push(format!(
+            "{path}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt"
+        )),
     }
     if matches!(r.operator.as_str(), "In" | "NotIn") {
         for (k, v) in values.iter().enumerate() {
@@ -110,7 +143,11 @@ pub fn label_selector_matches(selector: &LabelSelector, labels: &Labels) -> bool
         .iter()
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v))
-        && selector.match_expressions.iter().flatten().all(|r| label_requirement_matches(r, labels))
+        && selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| label_requirement_matches(r, labels))
 }
 
 fn label_requirement_matches(r: &LabelSelectorRequirement, labels: &Labels) -> bool {
@@ -143,10 +180,18 @@ pub fn validate_label_selector(selector: &LabelSelector, path: &str) -> Vec<Stri
         }
         let values = r.values.as_deref().unwrap_or_default();
         match r.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => errors.push(format!("{p}.values: must be non-empty for operator {}", r.operator)),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(format!("{p}.values: must be empty for operator {}", r.operator)),
+            "In" | "NotIn" if values.is_empty() => errors.push(format!(
+                "{p}.values: must be non-empty for operator {}",
+                r.operator
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(format!(
+                "{p}.values: must be empty for operator {}",
+                r.operator
+            )),
             "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => errors.push(format!("{p}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist")),
+            other => errors.push(format!(
+                "{p}.operator: {other:?} is not one of In, NotIn, Exists, DoesNotExist"
+            )),
         }
     }
     errors
@@ -165,7 +210,9 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         return Err(format!("prefix {p:?} must be a DNS subdomain"));
     }
     if name.is_empty() || name.len() > 63 || !is_label_name(name) {
-        return Err(format!("name part {name:?} must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"));
+        return Err(format!(
+            "name part {name:?} must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
+        ));
     }
     Ok(())
 }
@@ -175,7 +222,9 @@ pub fn validate_label_value(value: &str) -> Result<(), String> {
     if value.is_empty() || (value.len() <= 63 && is_label_name(value)) {
         Ok(())
     } else {
-        Err(format!("label value {value:?} must be at most 63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"))
+        Err(format!(
+            "label value {value:?} must be at most 63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
+        ))
     }
 }
 
@@ -183,7 +232,8 @@ fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 /// A DNS-1123 label: 1-63 characters of `[a-z0-9-]`, not starting or ending with `-`.
@@ -193,7 +243,8 @@ pub fn is_dns_label(s: &str) -> bool {
         && b.len() <= 63
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 #[cfg(test)]
@@ -202,7 +253,10 @@ mod tests {
     use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
@@ -213,11 +267,16 @@ mod tests {
         }
     }
 
-    fn terms(terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>) -> NodeSelector {
+    fn terms(
+        terms: Vec<(Vec<NodeSelectorRequirement>, Vec<NodeSelectorRequirement>)>,
+    ) -> NodeSelector {
         NodeSelector {
             node_selector_terms: terms
                 .into_iter()
-                .map(|(e, f)| NodeSelectorTerm { match_expressions: Some(e), match_fields: Some(f) })
+                .map(|(e, f)| NodeSelectorTerm {
+                    match_expressions: Some(e),
+                    match_fields: Some(f),
+                })
                 .collect(),
         }
     }
@@ -252,18 +311,44 @@ mod tests {
         assert!(node_selector_matches(&s, "one", &labels(&[])));
         assert!(node_selector_matches(&s, "two", &labels(&[("zone", "b")])));
         assert!(!node_selector_matches(&s, "two", &labels(&[("zone", "a")])));
-        assert!(!node_selector_matches(&terms(vec![(vec![], vec![])]), "one", &labels(&[])));
-        assert!(!node_selector_matches(&NodeSelector::default(), "one", &labels(&[])));
+        assert!(!node_selector_matches(
+            &terms(vec![(vec![], vec![])]),
+            "one",
+            &labels(&[])
+        ));
+        assert!(!node_selector_matches(
+            &NodeSelector::default(),
+            "one",
+            &labels(&[])
+        ));
     }
 
     #[test]
     fn node_selector_validation() {
-        assert!(validate_node_selector(&terms(vec![(vec![req("zone", "In", &["a"])], vec![])]), "s").is_empty());
+        assert!(
+            validate_node_selector(&terms(vec![(vec![req("zone", "In", &["a"])], vec![])]), "s")
+                .is_empty()
+        );
         assert!(!validate_node_selector(&NodeSelector::default(), "s").is_empty());
-        for bad in [req("zone", "In", &[]), req("zone", "Exists", &["x"]), req("gen", "Gt", &["x"]), req("bad key!", "Exists", &[]), req("z", "Near", &[])] {
-            assert!(!validate_node_selector(&terms(vec![(vec![bad.clone()], vec![])]), "s").is_empty(), "{bad:?}");
+        for bad in [
+            req("zone", "In", &[]),
+            req("zone", "Exists", &["x"]),
+            req("gen", "Gt", &["x"]),
+            req("bad key!", "Exists", &[]),
+            req("z", "Near", &[]),
+        ] {
+            assert!(
+                !validate_node_selector(&terms(vec![(vec![bad.clone()], vec![])]), "s").is_empty(),
+                "{bad:?}"
+            );
         }
-        assert!(!validate_node_selector(&terms(vec![(vec![], vec![req("metadata.uid", "In", &["a"])])]), "s").is_empty());
+        assert!(
+            !validate_node_selector(
+                &terms(vec![(vec![], vec![req("metadata.uid", "In", &["a"])])]),
+                "s"
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -271,7 +356,11 @@ mod tests {
         let l = labels(&[("app", "db"), ("tier", "1")]);
         let sel = LabelSelector {
             match_labels: Some(labels(&[("app", "db")])),
-            match_expressions: Some(vec![LabelSelectorRequirement { key: "tier".into(), operator: "In".into(), values: Some(vec!["1".into()]) }]),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["1".into()]),
+            }]),
         };
         assert!(label_selector_matches(&sel, &l));
         assert!(!label_selector_matches(&sel, &labels(&[("app", "db")])));
@@ -279,7 +368,11 @@ mod tests {
         assert!(validate_label_selector(&sel, "p").is_empty());
         let bad = LabelSelector {
             match_labels: None,
-            match_expressions: Some(vec![LabelSelectorRequirement { key: "x".into(), operator: "Gt".into(), values: None }]),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "x".into(),
+                operator: "Gt".into(),
+                values: None,
+            }]),
         };
         assert!(!validate_label_selector(&bad, "p").is_empty());
     }

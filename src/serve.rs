@@ -31,8 +31,11 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Opt
     let explicit = kubeconfig.is_some();
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.context("loading kubeconfig")?
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .context("loading kubeconfig")?
         }
         None => match kube::Config::infer().await {
             Ok(c) => c,
@@ -48,8 +51,12 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Opt
             info!(version = %v.git_version, "connected to kube-apiserver");
             Ok(Some(client))
         }
-        Ok(Err(e)) if explicit => Err(e).context("kube-apiserver from --kubeconfig is not reachable"),
-        Err(_) if explicit => anyhow::bail!("kube-apiserver from --kubeconfig did not answer within 10s"),
+        Ok(Err(e)) if explicit => {
+            Err(e).context("kube-apiserver from --kubeconfig is not reachable")
+        }
+        Err(_) if explicit => {
+            anyhow::bail!("kube-apiserver from --kubeconfig did not answer within 10s")
+        }
         Ok(Err(e)) => {
             info!(reason = %e, "the inferred cluster is not reachable");
             Ok(None)
@@ -81,7 +88,13 @@ async fn readyz(State(s): State<Arc<ProbeState>>) -> impl IntoResponse {
 }
 
 async fn metrics_text() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], metrics().encode())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics().encode(),
+    )
 }
 
 /// Runs `evictord serve` until SIGTERM/SIGINT.
@@ -104,37 +117,59 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let caches = client.as_ref().map(Caches::start);
     let live = match (&client, &caches) {
-        (Some(c), Some(caches)) => Some(Arc::new(LiveContext { client: c.clone(), caches: caches.clone(), authorizer: Authorizer::new(c.clone()) })),
+        (Some(c), Some(caches)) => Some(Arc::new(LiveContext {
+            client: c.clone(),
+            caches: caches.clone(),
+            authorizer: Authorizer::new(c.clone()),
+        })),
         _ => None,
     };
-    let state = Arc::new(AdmissionState { settings: args.rules.settings(), live });
+    let state = Arc::new(AdmissionState {
+        settings: args.rules.settings(),
+        live,
+    });
     let app = crate::admission::webhooks::router(state);
 
-    let probe_state = Arc::new(ProbeState { caches: caches.clone(), shutting_down: AtomicBool::new(false) });
+    let probe_state = Arc::new(ProbeState {
+        caches: caches.clone(),
+        shutting_down: AtomicBool::new(false),
+    });
     let probes = Router::new()
         .route("/livez", get(livez))
         .route("/healthz", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(probe_state.clone());
-    let probe_listener = tokio::net::TcpListener::bind(args.probe_addr).await.with_context(|| format!("binding {}", args.probe_addr))?;
+    let probe_listener = tokio::net::TcpListener::bind(args.probe_addr)
+        .await
+        .with_context(|| format!("binding {}", args.probe_addr))?;
     info!(addr = %args.probe_addr, "serving /livez, /readyz and /metrics over HTTP");
     let probe_shutdown = shutdown.clone();
     let probe_task = tokio::spawn(async move {
-        axum::serve(probe_listener, probes).with_graceful_shutdown(async move { probe_shutdown.cancelled().await }).await
+        axum::serve(probe_listener, probes)
+            .with_graceful_shutdown(async move { probe_shutdown.cancelled().await })
+            .await
     });
 
     let handle = Handle::new();
-    let webhook_listener = std::net::TcpListener::bind(args.webhook_addr).with_context(|| format!("binding {}", args.webhook_addr))?;
+    let webhook_listener = std::net::TcpListener::bind(args.webhook_addr)
+        .with_context(|| format!("binding {}", args.webhook_addr))?;
     webhook_listener.set_nonblocking(true)?;
     info!(addr = %args.webhook_addr, "serving the admission webhook over HTTPS");
-    let server = axum_server::from_tcp_rustls(webhook_listener, rustls.clone())?.handle(handle.clone()).serve(app.into_make_service());
+    let server = axum_server::from_tcp_rustls(webhook_listener, rustls.clone())?
+        .handle(handle.clone())
+        .serve(app.into_make_service());
     let server_task = tokio::spawn(server);
 
     let cert_task = tokio::spawn(crate::certs::keep_fresh(tls, rustls, shutdown.clone()));
 
     let controllers = match (&client, &caches) {
-        (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::run(c.clone(), caches.clone(), args.clone(), shutdown.clone()))),
+        (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::run(
+            c.clone(),
+            caches.clone(),
+            args.clone(),
+            shutdown.clone(),
+        ))),
         _ => None,
     };
 

@@ -39,8 +39,13 @@ impl Drop for Telemetry {
 pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
-        LogFormat::Json => tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
     let provider = match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
         Ok(endpoint) if !endpoint.is_empty() => {
@@ -48,14 +53,25 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
                 .with_http()
                 .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
                 .build()?;
-            let resource = opentelemetry_sdk::Resource::builder().with_service_name("evictord").build();
-            Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+            let resource = opentelemetry_sdk::Resource::builder()
+                .with_service_name("evictord")
+                .build();
+            Some(
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_resource(resource)
+                    .build(),
+            )
         }
         _ => None,
     };
     let otel = provider
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("evictord")));
-    tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init()?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init()?;
     Ok(Telemetry { provider })
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
@@ -33,7 +33,11 @@ pub enum Error {
     Generate(#[from] rcgen::Error),
     /// A file could not be read or written.
     #[error("{action} {path}: {source}")]
-    File { action: &'static str, path: String, source: std::io::Error },
+    File {
+        action: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
     /// The PEM data is not a certificate or key rustls accepts.
     #[error("loading {what}: {message}")]
     Pem { what: &'static str, message: String },
@@ -73,11 +77,16 @@ pub fn serving_names(service: Option<&str>, namespace: Option<&str>) -> Vec<Stri
     names
 }
 
-fn validity_window(now: Timestamp, validity: Duration) -> (time::OffsetDateTime, time::OffsetDateTime) {
+fn validity_window(
+    now: Timestamp,
+    validity: Duration,
+) -> (time::OffsetDateTime, time::OffsetDateTime) {
     // Back-date by an hour: a node whose clock is slightly behind must still accept the cert.
     let start = now.as_second() - 3600;
     let end = now.as_second() + validity.as_secs() as i64;
-    let to_odt = |s: i64| time::OffsetDateTime::from_unix_timestamp(s).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let to_odt = |s: i64| {
+        time::OffsetDateTime::from_unix_timestamp(s).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    };
     (to_odt(start), to_odt(end))
 }
 
@@ -90,16 +99,28 @@ pub fn generate(names: &[String], validity: Duration, now: Timestamp) -> Result<
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::default();
     ca_params.distinguished_name = DistinguishedName::new();
-    ca_params.distinguished_name.push(DnType::CommonName, format!("evictord-ca-{}", now.as_second()));
+    ca_params.distinguished_name.push(
+        DnType::CommonName,
+        format!("evictord-ca-{}", now.as_second()),
+    );
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     // The CA outlives the serving certificate so that renewing the leaf keeps the caBundle.
     ca_params.not_before = not_before;
     ca_params.not_after = validity_window(now, validity * 3).1;
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
     let ca_key_pem = ca_key_pem(&ca);
     let leaf = issue_leaf(&ca, names, not_before, not_after)?;
-    Ok(CertBundle { ca_pem: ca.pem(), ca_key_pem: Some(ca_key_pem), cert_pem: leaf.0, key_pem: leaf.1 })
+    Ok(CertBundle {
+        ca_pem: ca.pem(),
+        ca_key_pem: Some(ca_key_pem),
+        cert_pem: leaf.0,
+        key_pem: leaf.1,
+    })
 }
 
 fn ca_key_pem(ca: &CertifiedIssuer<'_, KeyPair>) -> String {
@@ -115,7 +136,14 @@ fn issue_leaf(
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(DnType::CommonName, names.iter().find(|n| n.contains('.')).cloned().unwrap_or_else(|| "evictord".into()));
+    params.distinguished_name.push(
+        DnType::CommonName,
+        names
+            .iter()
+            .find(|n| n.contains('.'))
+            .cloned()
+            .unwrap_or_else(|| "evictord".into()),
+    );
     params.subject_alt_names = names
         .iter()
         .map(|n| match n.parse::<IpAddr>() {
@@ -123,7 +151,10 @@ fn issue_leaf(
             Err(_) => Ok(SanType::DnsName(n.clone().try_into()?)),
         })
         .collect::<Result<_, rcgen::Error>>()?;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.not_before = not_before;
     params.not_after = not_after;
@@ -136,7 +167,12 @@ fn issue_leaf(
 ///
 /// # Errors
 /// When the CA cannot be parsed or signing fails.
-pub fn renew(bundle: &CertBundle, names: &[String], validity: Duration, now: Timestamp) -> Result<CertBundle> {
+pub fn renew(
+    bundle: &CertBundle,
+    names: &[String],
+    validity: Duration,
+    now: Timestamp,
+) -> Result<CertBundle> {
     let Some(ca_key_pem) = &bundle.ca_key_pem else {
         return generate(names, validity, now);
     };
@@ -148,9 +184,16 @@ pub fn renew(bundle: &CertBundle, names: &[String], validity: Duration, now: Tim
     if ca_expiry.as_second() < leaf_not_after.unix_timestamp() {
         return generate(names, validity, now);
     }
-    leaf_not_after = leaf_not_after.min(time::OffsetDateTime::from_unix_timestamp(ca_expiry.as_second()).unwrap_or(leaf_not_after));
+    leaf_not_after = leaf_not_after.min(
+        time::OffsetDateTime::from_unix_timestamp(ca_expiry.as_second()).unwrap_or(leaf_not_after),
+    );
     let (cert_pem, key_pem) = issue_leaf(&ca, names, not_before, leaf_not_after)?;
-    Ok(CertBundle { ca_pem: bundle.ca_pem.clone(), ca_key_pem: bundle.ca_key_pem.clone(), cert_pem, key_pem })
+    Ok(CertBundle {
+        ca_pem: bundle.ca_pem.clone(),
+        ca_key_pem: bundle.ca_key_pem.clone(),
+        cert_pem,
+        key_pem,
+    })
 }
 
 /// The `notAfter` of the first certificate in `pem`.
@@ -166,8 +209,14 @@ pub fn not_after(pem: &str) -> Result<Timestamp> {
 /// # Errors
 /// When the PEM holds no parsable certificate.
 pub fn validity_of(pem: &str) -> Result<(Timestamp, Timestamp)> {
-    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| Error::Pem { what: "certificate", message: e.to_string() })?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| Error::Pem { what: "certificate", message: e.to_string() })?;
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| Error::Pem {
+        what: "certificate",
+        message: e.to_string(),
+    })?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| Error::Pem {
+        what: "certificate",
+        message: e.to_string(),
+    })?;
     let v = cert.validity();
     let ts = |t: i64| Timestamp::from_second(t).unwrap_or(Timestamp::UNIX_EPOCH);
     Ok((ts(v.not_before.timestamp()), ts(v.not_after.timestamp())))
@@ -194,13 +243,24 @@ pub fn load_dir(dir: &Path) -> Result<Option<CertBundle>> {
         match std::fs::read_to_string(&path) {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::File { action: "reading", path: path.display().to_string(), source: e }),
+            Err(e) => Err(Error::File {
+                action: "reading",
+                path: path.display().to_string(),
+                source: e,
+            }),
         }
     };
-    let (Some(cert_pem), Some(key_pem), Some(ca_pem)) = (read(CERT_FILE)?, read(KEY_FILE)?, read(CA_FILE)?) else {
+    let (Some(cert_pem), Some(key_pem), Some(ca_pem)) =
+        (read(CERT_FILE)?, read(KEY_FILE)?, read(CA_FILE)?)
+    else {
         return Ok(None);
     };
-    Ok(Some(CertBundle { ca_pem, ca_key_pem: read(CA_KEY_FILE)?, cert_pem, key_pem }))
+    Ok(Some(CertBundle {
+        ca_pem,
+        ca_key_pem: read(CA_KEY_FILE)?,
+        cert_pem,
+        key_pem,
+    }))
 }
 
 /// Writes a bundle into a directory; private keys are readable by the owner only.
@@ -210,10 +270,18 @@ pub fn load_dir(dir: &Path) -> Result<Option<CertBundle>> {
 pub fn write_dir(dir: &Path, bundle: &CertBundle) -> Result<()> {
     fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error + use<> {
         let path = path.display().to_string();
-        move |source| Error::File { action, path, source }
+        move |source| Error::File {
+            action,
+            path,
+            source,
+        }
     }
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    let mut files = vec![(CA_FILE, &bundle.ca_pem, false), (CERT_FILE, &bundle.cert_pem, false), (KEY_FILE, &bundle.key_pem, true)];
+    let mut files = vec![
+        (CA_FILE, &bundle.ca_pem, false),
+        (CERT_FILE, &bundle.cert_pem, false),
+        (KEY_FILE, &bundle.key_pem, true),
+    ];
     if let Some(k) = &bundle.ca_key_pem {
         files.push((CA_KEY_FILE, k, true));
     }
@@ -222,7 +290,8 @@ pub fn write_dir(dir: &Path, bundle: &CertBundle) -> Result<()> {
         std::fs::write(&path, content).map_err(io("writing", &path))?;
         if private {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io("chmod", &path))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(io("chmod", &path))?;
         }
     }
     Ok(())
@@ -235,11 +304,20 @@ pub fn write_dir(dir: &Path, bundle: &CertBundle) -> Result<()> {
 pub fn server_config(bundle: &CertBundle) -> Result<Arc<ServerConfig>> {
     let certs = CertificateDer::pem_slice_iter(bundle.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Pem { what: "serving certificate", message: e.to_string() })?;
+        .map_err(|e| Error::Pem {
+            what: "serving certificate",
+            message: e.to_string(),
+        })?;
     if certs.is_empty() {
-        return Err(Error::Pem { what: "serving certificate", message: "no CERTIFICATE block".into() });
+        return Err(Error::Pem {
+            what: "serving certificate",
+            message: "no CERTIFICATE block".into(),
+        });
     }
-    let key = PrivateKeyDer::from_pem_slice(bundle.key_pem.as_bytes()).map_err(|e| Error::Pem { what: "private key", message: e.to_string() })?;
+    let key = PrivateKeyDer::from_pem_slice(bundle.key_pem.as_bytes()).map_err(|e| Error::Pem {
+        what: "private key",
+        message: e.to_string(),
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?

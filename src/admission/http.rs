@@ -68,7 +68,12 @@ impl IntoResponse for HandlerError {
             HandlerError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HandlerError::NotReady | HandlerError::Lookup(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
-        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], format!("{self}\n")).into_response()
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("{self}\n"),
+        )
+            .into_response()
     }
 }
 
@@ -77,17 +82,22 @@ impl IntoResponse for HandlerError {
 /// # Errors
 /// `BadRequest` with a message for a wrong content type, malformed JSON, another version than
 /// `admission.k8s.io/v1`, or a missing `request`.
-pub fn decode<K>(content_type: Option<&str>, body: &[u8]) -> Result<AdmissionRequest<K>, HandlerError>
+pub fn decode<K>(
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<AdmissionRequest<K>, HandlerError>
 where
     K: kube::Resource + DeserializeOwned,
 {
     let ct = content_type.unwrap_or("");
     let essence = ct.split(';').next().unwrap_or("").trim();
     if !essence.eq_ignore_ascii_case("application/json") {
-        return Err(HandlerError::BadRequest(format!("Content-Type must be application/json, got {ct:?}")));
+        return Err(HandlerError::BadRequest(format!(
+            "Content-Type must be application/json, got {ct:?}"
+        )));
     }
-    let review: AdmissionReview<K> =
-        serde_json::from_slice(body).map_err(|e| HandlerError::BadRequest(format!("malformed AdmissionReview: {e}")))?;
+    let review: AdmissionReview<K> = serde_json::from_slice(body)
+        .map_err(|e| HandlerError::BadRequest(format!("malformed AdmissionReview: {e}")))?;
     check_version(&review.types.api_version, &review.types.kind)?;
     review
         .try_into()
@@ -108,7 +118,10 @@ pub fn check_version(api_version: &str, kind: &str) -> Result<(), HandlerError> 
 }
 
 /// The typed view of an admission request that reviews take.
-pub fn review_request<K: kube::Resource>(req: &AdmissionRequest<K>, now: Timestamp) -> ReviewRequest<'_, K> {
+pub fn review_request<K: kube::Resource>(
+    req: &AdmissionRequest<K>,
+    now: Timestamp,
+) -> ReviewRequest<'_, K> {
     ReviewRequest {
         operation: req.operation.clone(),
         sub_resource: req.sub_resource.as_deref(),
@@ -123,7 +136,10 @@ pub fn review_request<K: kube::Resource>(req: &AdmissionRequest<K>, now: Timesta
 }
 
 /// Turns a verdict into the AdmissionResponse for `req` (same uid, warnings, JSONPatch).
-pub fn respond<K: kube::Resource>(req: &AdmissionRequest<K>, verdict: Verdict) -> AdmissionResponse {
+pub fn respond<K: kube::Resource>(
+    req: &AdmissionRequest<K>,
+    verdict: Verdict,
+) -> AdmissionResponse {
     let mut response = AdmissionResponse::from(req);
     if !verdict.warnings.is_empty() {
         response.warnings = Some(verdict.warnings);
@@ -137,7 +153,10 @@ pub fn respond<K: kube::Resource>(req: &AdmissionRequest<K>, verdict: Verdict) -
     if verdict.patch.is_empty() {
         return response;
     }
-    match response.clone().with_patch(json_patch::Patch(verdict.patch)) {
+    match response
+        .clone()
+        .with_patch(json_patch::Patch(verdict.patch))
+    {
         Ok(r) => r,
         // Cannot happen for JSON values; refuse rather than admit an unmutated object.
         Err(e) => response.deny(format!("internal: encoding the patch failed: {e}")),
@@ -149,7 +168,11 @@ pub fn respond<K: kube::Resource>(req: &AdmissionRequest<K>, verdict: Verdict) -
 /// # Errors
 /// `NotReady` before the caches synced (when the review needs the cluster), `Lookup` when a
 /// live lookup fails.
-pub async fn review_live<K>(webhook: &Webhook<K>, state: &AdmissionState, req: &AdmissionRequest<K>) -> Result<AdmissionResponse, HandlerError>
+pub async fn review_live<K>(
+    webhook: &Webhook<K>,
+    state: &AdmissionState,
+    req: &AdmissionRequest<K>,
+) -> Result<AdmissionResponse, HandlerError>
 where
     K: kube::Resource,
 {
@@ -179,12 +202,19 @@ fn operation_label(op: &Operation) -> &'static str {
     }
 }
 
-async fn handle<K>(webhook: &'static Webhook<K>, state: Arc<AdmissionState>, headers: HeaderMap, body: Bytes) -> Response
+async fn handle<K>(
+    webhook: &'static Webhook<K>,
+    state: Arc<AdmissionState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response
 where
     K: kube::Resource + DeserializeOwned + Send + Sync,
 {
     let started = Instant::now();
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
     let (operation, verdict, response) = match decode::<K>(ct, &body) {
         Err(e) => {
             warn!(resource = webhook.resource, error = %e, "bad admission request");
@@ -205,21 +235,35 @@ where
             }
         }
     };
-    let labels = AdmissionLabels { resource: webhook.resource, operation, verdict };
+    let labels = AdmissionLabels {
+        resource: webhook.resource,
+        operation,
+        verdict,
+    };
     let m = metrics();
     m.admission_requests.get_or_create(&labels).inc();
-    m.admission_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    m.admission_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
     response
 }
 
 /// Adds a POST route for `webhook` at `path`.
-pub fn route<K>(router: Router<Arc<AdmissionState>>, path: &str, webhook: &'static Webhook<K>) -> Router<Arc<AdmissionState>>
+pub fn route<K>(
+    router: Router<Arc<AdmissionState>>,
+    path: &str,
+    webhook: &'static Webhook<K>,
+) -> Router<Arc<AdmissionState>>
 where
     K: kube::Resource + DeserializeOwned + Send + Sync + 'static,
 {
     router.route(
         path,
-        post(move |State(state): State<Arc<AdmissionState>>, headers: HeaderMap, body: Bytes| handle(webhook, state, headers, body)),
+        post(
+            move |State(state): State<Arc<AdmissionState>>, headers: HeaderMap, body: Bytes| {
+                handle(webhook, state, headers, body)
+            },
+        ),
     )
 }
 

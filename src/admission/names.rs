@@ -15,7 +15,9 @@ pub fn validate_fqdn(name: &str) -> Result<(), String> {
     }
     let labels: Vec<&str> = name.split('.').collect();
     if labels.len() < 2 {
-        return Err(format!("{name:?} must be a fully qualified domain name with at least two labels (e.g. example.com)"));
+        return Err(format!(
+            "{name:?} must be a fully qualified domain name with at least two labels (e.g. example.com)"
+        ));
     }
     if let Some(bad) = labels.iter().find(|l| !is_dns_label(l)) {
         return Err(format!(
@@ -45,10 +47,25 @@ mod tests {
 
     #[test]
     fn fqdn_rows() {
-        for ok in ["a.b", "node-maintenance.evictord.dev", "x1.y2.z3", &format!("{}.io", "a".repeat(63))] {
+        for ok in [
+            "a.b",
+            "node-maintenance.evictord.dev",
+            "x1.y2.z3",
+            &format!("{}.io", "a".repeat(63)),
+        ] {
             assert!(validate_fqdn(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "single", "a..b", "-a.b", "a-.b", "A.b", "a_b.c", &format!("{}.io", "a".repeat(64)), &"a.".repeat(127)] {
+        for bad in [
+            "",
+            "single",
+            "a..b",
+            "-a.b",
+            "a-.b",
+            "A.b",
+            "a_b.c",
+            &format!("{}.io", "a".repeat(64)),
+            &"a.".repeat(127),
+        ] {
             assert!(validate_fqdn(bad).is_err(), "{bad}");
         }
     }
@@ -59,8 +76,20 @@ mod tests {
         assert!(k8s_io_interceptor_allowed("kubelet.k8s.io", &[], false));
         assert!(!k8s_io_interceptor_allowed("foo.k8s.io", &[], false));
         assert!(!k8s_io_interceptor_allowed("k8s.io", &[], false));
-        assert!(k8s_io_interceptor_allowed("foo.k8s.io", &["foo.k8s.io".into()], false));
-        assert!(!k8s_io_interceptor_allowed(IMPERATIVE_INTERCEPTOR, &[], false));
-        assert!(k8s_io_interceptor_allowed(IMPERATIVE_INTERCEPTOR, &[], true));
+        assert!(k8s_io_interceptor_allowed(
+            "foo.k8s.io",
+            &["foo.k8s.io".into()],
+            false
+        ));
+        assert!(!k8s_io_interceptor_allowed(
+            IMPERATIVE_INTERCEPTOR,
+            &[],
+            false
+        ));
+        assert!(k8s_io_interceptor_allowed(
+            IMPERATIVE_INTERCEPTOR,
+            &[],
+            true
+        ));
     }
 }

@@ -4,12 +4,14 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
 
 use super::http::{Webhook, check_version, respond, review_request};
-use super::webhooks::{MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS};
+use super::webhooks::{
+    MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
+};
 use super::{Settings, Verdict, node_maintenance};
 use crate::api::{EvictionRequest, NodeMaintenance};
 use crate::cluster::{CachedPod, StaticView};
@@ -39,7 +41,12 @@ pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
     for doc in serde_yaml::Deserializer::from_slice(bytes) {
         let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
         match v.get("kind").and_then(|k| k.as_str()) {
-            Some(k) if k.ends_with("List") => docs.extend(v.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default()),
+            Some(k) if k.ends_with("List") => docs.extend(
+                v.get("items")
+                    .and_then(|i| i.as_array())
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
             _ if v.is_null() => {}
             _ => docs.push(v),
         }
@@ -50,15 +57,23 @@ pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
             Some("Node") => nodes.push(serde_json::from_value::<Node>(v)?),
             Some("NodeMaintenance") => nms.push(serde_json::from_value::<NodeMaintenance>(v)?),
             Some("EvictionRequest") => ers.push(serde_json::from_value::<EvictionRequest>(v)?),
-            other => return Err(Error::Unsupported(format!("--objects: unsupported kind {other:?} (Pod, Node, EvictionRequest, NodeMaintenance)"))),
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "--objects: unsupported kind {other:?} (Pod, Node, EvictionRequest, NodeMaintenance)"
+                )));
+            }
         }
     }
     Ok(StaticView::with_objects(pods, nodes, nms, ers))
 }
 
-fn decode<K: kube::Resource + DeserializeOwned>(review: serde_json::Value) -> Result<AdmissionRequest<K>, Error> {
+fn decode<K: kube::Resource + DeserializeOwned>(
+    review: serde_json::Value,
+) -> Result<AdmissionRequest<K>, Error> {
     let typed: AdmissionReview<K> = serde_json::from_value(review)?;
-    typed.try_into().map_err(|_| Error::Unsupported("the AdmissionReview has no request".into()))
+    typed
+        .try_into()
+        .map_err(|_| Error::Unsupported("the AdmissionReview has no request".into()))
 }
 
 fn run<K: kube::Resource + DeserializeOwned>(
@@ -77,38 +92,63 @@ fn run<K: kube::Resource + DeserializeOwned>(
 ///
 /// # Errors
 /// When the input or the objects cannot be read, or the resource is not one evictord serves.
-pub fn review(input: &[u8], objects: Option<&[u8]>, now: Timestamp, settings: &Settings) -> Result<AdmissionReview<DynamicObject>, Error> {
+pub fn review(
+    input: &[u8],
+    objects: Option<&[u8]>,
+    now: Timestamp,
+    settings: &Settings,
+) -> Result<AdmissionReview<DynamicObject>, Error> {
     let value: serde_json::Value = serde_yaml::from_slice(input)?;
-    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
-    let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let kind = value
+        .get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
     check_version(api_version, kind).map_err(|e| Error::Unsupported(e.to_string()))?;
     let view = match objects {
         Some(bytes) => view_from_objects(bytes)?,
         None => StaticView::unknown(),
     };
-    let resource = value.pointer("/request/resource/resource").and_then(|r| r.as_str()).unwrap_or_default().to_string();
+    let resource = value
+        .pointer("/request/resource/resource")
+        .and_then(|r| r.as_str())
+        .unwrap_or_default()
+        .to_string();
     match resource.as_str() {
         "evictionrequests" => run(&VALIDATE_EVICTION_REQUESTS, value, &view, now, settings),
         "pods" => run(&VALIDATE_PODS, value, &view, now, settings),
         "nodemaintenances" => review_node_maintenance(value, &view, now, settings),
-        other => Err(Error::Unsupported(format!("resource {other:?} is not reviewed by evictord (evictionrequests, pods, nodemaintenances)"))),
+        other => Err(Error::Unsupported(format!(
+            "resource {other:?} is not reviewed by evictord (evictionrequests, pods, nodemaintenances)"
+        ))),
     }
 }
 
 /// Mutating review, patch applied, then validating review — one response carrying the patch,
 /// the warnings of both and the final verdict.
-fn review_node_maintenance(value: serde_json::Value, view: &StaticView, now: Timestamp, settings: &Settings) -> Result<AdmissionReview<DynamicObject>, Error> {
+fn review_node_maintenance(
+    value: serde_json::Value,
+    view: &StaticView,
+    now: Timestamp,
+    settings: &Settings,
+) -> Result<AdmissionReview<DynamicObject>, Error> {
     let mut req = decode::<NodeMaintenance>(value)?;
     if req.operation != Operation::Create {
-        let verdict = (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
+        let verdict =
+            (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
         return Ok(respond(&req, verdict).into_review());
     }
     let mutation = (MUTATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
     if let (Some(obj), false) = (req.object.as_ref(), mutation.patch.is_empty()) {
-        let patched = node_maintenance::apply_patch(obj, &mutation.patch).map_err(Error::Unsupported)?;
+        let patched =
+            node_maintenance::apply_patch(obj, &mutation.patch).map_err(Error::Unsupported)?;
         req.object = Some(patched);
     }
-    let validation = (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
+    let validation =
+        (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
     let mut warnings = mutation.warnings;
     warnings.extend(validation.warnings);
     let verdict = Verdict {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::ObjectMeta;
 
@@ -33,7 +33,11 @@ pub fn pod_match_condition() -> String {
 fn rule(group: &str, resources: &[&str], operations: &[&str]) -> RuleWithOperations {
     RuleWithOperations {
         api_groups: Some(vec![group.into()]),
-        api_versions: Some(vec![if group.is_empty() { "v1".into() } else { crate::api::VERSION.into() }]),
+        api_versions: Some(vec![if group.is_empty() {
+            "v1".into()
+        } else {
+            crate::api::VERSION.into()
+        }]),
         operations: Some(operations.iter().map(|s| s.to_string()).collect()),
         resources: Some(resources.iter().map(|s| s.to_string()).collect()),
         scope: None,
@@ -51,29 +55,47 @@ fn client(url_base: &str, path: &str, ca: &[u8]) -> WebhookClientConfig {
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
-        labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "evictord".to_string())])),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/name".to_string(),
+            "evictord".to_string(),
+        )])),
         ..Default::default()
     }
 }
 
 /// The validating configuration: EvictionRequests (incl. status) and NodeMaintenances with
 /// `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked).
-pub fn validating(name: &str, url_base: &str, ca: &[u8], match_conditions: bool) -> ValidatingWebhookConfiguration {
-    let hook = |hook_name: &str, path: &str, rules: Vec<RuleWithOperations>, fail: bool| ValidatingWebhook {
-        name: hook_name.into(),
-        client_config: client(url_base, path, ca),
-        rules: Some(rules),
-        failure_policy: Some(if fail { "Fail" } else { "Ignore" }.into()),
-        match_policy: Some("Equivalent".into()),
-        side_effects: "None".into(),
-        admission_review_versions: vec!["v1".into()],
-        timeout_seconds: Some(5),
-        ..Default::default()
+pub fn validating(
+    name: &str,
+    url_base: &str,
+    ca: &[u8],
+    match_conditions: bool,
+) -> ValidatingWebhookConfiguration {
+    let hook = |hook_name: &str, path: &str, rules: Vec<RuleWithOperations>, fail: bool| {
+        ValidatingWebhook {
+            name: hook_name.into(),
+            client_config: client(url_base, path, ca),
+            rules: Some(rules),
+            failure_policy: Some(if fail { "Fail" } else { "Ignore" }.into()),
+            match_policy: Some("Equivalent".into()),
+            side_effects: "None".into(),
+            admission_review_versions: vec!["v1".into()],
+            timeout_seconds: Some(5),
+            ..Default::default()
+        }
     };
     let crud = ["CREATE", "UPDATE", "DELETE"];
-    let mut pods = hook("pods.validate.evictord.dev", PATH_VALIDATE_PODS, vec![rule("", &["pods"], &["CREATE", "UPDATE"])], false);
+    let mut pods = hook(
+        "pods.validate.evictord.dev",
+        PATH_VALIDATE_PODS,
+        vec![rule("", &["pods"], &["CREATE", "UPDATE"])],
+        false,
+    );
     if match_conditions {
-        pods.match_conditions = Some(vec![MatchCondition { name: "has-interceptor-annotation".into(), expression: pod_match_condition() }]);
+        pods.match_conditions = Some(vec![MatchCondition {
+            name: "has-interceptor-annotation".into(),
+            expression: pod_match_condition(),
+        }]);
     }
     ValidatingWebhookConfiguration {
         metadata: meta(name),
@@ -81,13 +103,21 @@ pub fn validating(name: &str, url_base: &str, ca: &[u8], match_conditions: bool)
             hook(
                 "evictionrequests.validate.evictord.dev",
                 PATH_VALIDATE_EVICTION_REQUESTS,
-                vec![rule(crate::api::GROUP, &["evictionrequests", "evictionrequests/status"], &crud)],
+                vec![rule(
+                    crate::api::GROUP,
+                    &["evictionrequests", "evictionrequests/status"],
+                    &crud,
+                )],
                 true,
             ),
             hook(
                 "nodemaintenances.validate.evictord.dev",
                 PATH_VALIDATE_NODE_MAINTENANCES,
-                vec![rule(crate::api::GROUP, &["nodemaintenances", "nodemaintenances/status"], &crud)],
+                vec![rule(
+                    crate::api::GROUP,
+                    &["nodemaintenances", "nodemaintenances/status"],
+                    &crud,
+                )],
                 true,
             ),
             pods,
@@ -102,7 +132,11 @@ pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfigu
         webhooks: Some(vec![MutatingWebhook {
             name: "nodemaintenances.mutate.evictord.dev".into(),
             client_config: client(url_base, PATH_MUTATE_NODE_MAINTENANCES, ca),
-            rules: Some(vec![rule(crate::api::GROUP, &["nodemaintenances"], &["CREATE"])]),
+            rules: Some(vec![rule(
+                crate::api::GROUP,
+                &["nodemaintenances"],
+                &["CREATE"],
+            )]),
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
             side_effects: "None".into(),
@@ -118,15 +152,30 @@ pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfigu
 ///
 /// # Errors
 /// Only if serialisation fails.
-pub fn yaml(name: &str, url_base: &str, ca: &[u8], match_conditions: bool) -> Result<String, serde_yaml::Error> {
+pub fn yaml(
+    name: &str,
+    url_base: &str,
+    ca: &[u8],
+    match_conditions: bool,
+) -> Result<String, serde_yaml::Error> {
     let mut v = serde_yaml::to_value(validating(name, url_base, ca, match_conditions))?;
     let mut m = serde_yaml::to_value(mutating(name, url_base, ca))?;
     // k8s-openapi types do not serialise apiVersion/kind on their own.
-    for (obj, kind) in [(&mut v, "ValidatingWebhookConfiguration"), (&mut m, "MutatingWebhookConfiguration")] {
+    for (obj, kind) in [
+        (&mut v, "ValidatingWebhookConfiguration"),
+        (&mut m, "MutatingWebhookConfiguration"),
+    ] {
         if let serde_yaml::Value::Mapping(map) = obj {
-            map.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
+            map.insert(
+                "apiVersion".into(),
+                "admissionregistration.k8s.io/v1".into(),
+            );
             map.insert("kind".into(), kind.into());
         }
     }
-    Ok(format!("---\n{}---\n{}", serde_yaml::to_string(&v)?, serde_yaml::to_string(&m)?))
+    Ok(format!(
+        "---\n{}---\n{}",
+        serde_yaml::to_string(&v)?,
+        serde_yaml::to_string(&m)?
+    ))
 }

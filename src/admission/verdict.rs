@@ -79,7 +79,10 @@ impl Verdict {
 
     /// A denying verdict.
     pub fn deny(message: impl Into<String>) -> Self {
-        Self { denied: Some(message.into()), ..Self::default() }
+        Self {
+            denied: Some(message.into()),
+            ..Self::default()
+        }
     }
 
     /// True when the request is allowed.

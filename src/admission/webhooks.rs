@@ -6,26 +6,45 @@ use std::sync::Arc;
 use axum::Router;
 
 use super::http::{AdmissionState, Webhook, body_limit, route};
-use super::registration::{PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_PODS};
+use super::registration::{
+    PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
+    PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_PODS,
+};
 use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod};
 use crate::api::{EvictionRequest, NodeMaintenance};
 use crate::cluster::{CachedPod, ClusterView};
 
-fn eviction_request_lookups(req: &ReviewRequest<'_, EvictionRequest>, _view: &dyn ClusterView) -> Lookups {
-    let uid = req.object.or(req.old_object).map(|o| o.spec.target.pod.uid.clone());
+fn eviction_request_lookups(
+    req: &ReviewRequest<'_, EvictionRequest>,
+    _view: &dyn ClusterView,
+) -> Lookups {
+    let uid = req
+        .object
+        .or(req.old_object)
+        .map(|o| o.spec.target.pod.uid.clone());
     Lookups {
-        pods: eviction_request::target_pod(req).map(|(ns, name)| (ns, name, uid)).into_iter().collect(),
+        pods: eviction_request::target_pod(req)
+            .map(|(ns, name)| (ns, name, uid))
+            .into_iter()
+            .collect(),
         checks: eviction_request::access_checks(req),
         fallback_checks: Vec::new(),
     }
 }
 
-fn node_maintenance_lookups(req: &ReviewRequest<'_, NodeMaintenance>, view: &dyn ClusterView) -> Lookups {
+fn node_maintenance_lookups(
+    req: &ReviewRequest<'_, NodeMaintenance>,
+    view: &dyn ClusterView,
+) -> Lookups {
     if !node_maintenance::needs_node_authorization(req) {
         return Lookups::default();
     }
     let (cluster_wide, per_node) = node_maintenance::node_access_checks(req, view);
-    Lookups { pods: Vec::new(), checks: vec![cluster_wide], fallback_checks: per_node }
+    Lookups {
+        pods: Vec::new(),
+        checks: vec![cluster_wide],
+        fallback_checks: per_node,
+    }
 }
 
 fn no_lookups<K>(_: &ReviewRequest<'_, K>, _: &dyn ClusterView) -> Lookups {
@@ -79,9 +98,17 @@ pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
 /// The webhook router (POST routes, 3 MiB body limit).
 pub fn router(state: Arc<AdmissionState>) -> Router {
     let r = Router::new();
-    let r = route(r, PATH_VALIDATE_EVICTION_REQUESTS, &VALIDATE_EVICTION_REQUESTS);
+    let r = route(
+        r,
+        PATH_VALIDATE_EVICTION_REQUESTS,
+        &VALIDATE_EVICTION_REQUESTS,
+    );
     let r = route(r, PATH_VALIDATE_PODS, &VALIDATE_PODS);
-    let r = route(r, PATH_VALIDATE_NODE_MAINTENANCES, &VALIDATE_NODE_MAINTENANCES);
+    let r = route(
+        r,
+        PATH_VALIDATE_NODE_MAINTENANCES,
+        &VALIDATE_NODE_MAINTENANCES,
+    );
     let r = route(r, PATH_MUTATE_NODE_MAINTENANCES, &MUTATE_NODE_MAINTENANCES);
     r.layer(body_limit()).with_state(state)
 }

@@ -193,12 +193,15 @@ impl EvictionRequestStatus {
 
     /// The cancellation policy, `Allow` when unset.
     pub fn cancellation_policy(&self) -> CancellationPolicy {
-        self.eviction_request_cancellation_policy.unwrap_or_default()
+        self.eviction_request_cancellation_policy
+            .unwrap_or_default()
     }
 
     /// Failed Eviction API calls so far.
     pub fn failed_evictions(&self) -> i32 {
-        self.pod_eviction_status.as_ref().map_or(0, |p| p.failed_api_eviction_counter)
+        self.pod_eviction_status
+            .as_ref()
+            .map_or(0, |p| p.failed_api_eviction_counter)
     }
 
     /// The interceptor status entry of the given name.

@@ -63,7 +63,10 @@ mod tests {
 
     #[test]
     fn interceptor_list_trims_and_keeps_order() {
-        assert_eq!(parse_interceptor_list(" a.b , c.d,e.f "), vec!["a.b", "c.d", "e.f"]);
+        assert_eq!(
+            parse_interceptor_list(" a.b , c.d,e.f "),
+            vec!["a.b", "c.d", "e.f"]
+        );
         assert_eq!(parse_interceptor_list("a.b,,c.d"), vec!["a.b", "", "c.d"]);
         assert!(parse_interceptor_list("  ").is_empty());
     }

@@ -43,7 +43,18 @@ pub struct NodeMaintenanceSpec {
 
 /// Stage of a maintenance.
 #[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
 )]
 pub enum Stage {
     /// Planned; the cluster is not touched.
@@ -80,7 +91,18 @@ impl std::fmt::Display for Stage {
 
 /// The kind of a pod, for drain plans.
 #[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
 )]
 pub enum PodType {
     /// Every pod that is neither a DaemonSet pod nor a static pod.
@@ -195,6 +217,8 @@ impl NodeMaintenanceSpec {
 impl NodeMaintenanceStatus {
     /// True when the condition of the given type is `True`.
     pub fn is_true(&self, type_: &str) -> bool {
-        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
     }
 }

@@ -27,7 +27,10 @@ pub struct Authorizer {
 impl Authorizer {
     /// An authorizer using `client` (which needs `create` on subjectaccessreviews).
     pub fn new(client: Client) -> Self {
-        Self { client, cache: Mutex::new(HashMap::new()) }
+        Self {
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The verdict for `check`, from the cache when fresh.
@@ -76,7 +79,10 @@ impl Authorizer {
         Ok(if status.allowed && status.denied != Some(true) {
             Authorization::Allowed
         } else {
-            let reason = status.reason.filter(|r| !r.is_empty()).unwrap_or_else(|| "no RBAC rule allows it".into());
+            let reason = status
+                .reason
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| "no RBAC rule allows it".into());
             Authorization::Denied(reason)
         })
     }

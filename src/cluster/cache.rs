@@ -59,7 +59,9 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
             loop {
                 match rx.recv().await {
                     Ok(obj) => return Some((obj, rx)),
-                    Err(broadcast::error::RecvError::Lagged(n)) => warn!(skipped = n, "change stream lagged"),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        warn!(skipped = n, "change stream lagged")
+                    }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 }
             }
@@ -119,7 +121,13 @@ impl Caches {
 
 fn spawn_watch<K>(api: Api<K>, trim: fn(&mut K)) -> Watched<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     let (reader, writer) = reflector::store();
     let (tx, _) = broadcast::channel(CHANGE_BUFFER);
@@ -140,7 +148,10 @@ where
             }
         }
     });
-    Watched { store: reader, changes }
+    Watched {
+        store: reader,
+        changes,
+    }
 }
 
 fn trim_meta<K: Resource>(obj: &mut K) {
@@ -155,6 +166,9 @@ fn trim_node(node: &mut Node) {
         a.retain(|k, _| k == UNSCHEDULABLE_BEFORE_ANNOTATION);
     }
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable);
-    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec { unschedulable, ..Default::default() });
+    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable,
+        ..Default::default()
+    });
     node.status = None;
 }

@@ -33,8 +33,15 @@ pub struct LiveView<'a> {
 /// # Errors
 /// When the API cannot be reached; the request then fails with 5xx and the webhook's
 /// `failurePolicy` decides.
-pub async fn prepare<'a>(ctx: &'a LiveContext, lookups: &Lookups) -> Result<LiveView<'a>, kube::Error> {
-    let mut view = LiveView { caches: &ctx.caches, pods: Vec::new(), checks: Vec::new() };
+pub async fn prepare<'a>(
+    ctx: &'a LiveContext,
+    lookups: &Lookups,
+) -> Result<LiveView<'a>, kube::Error> {
+    let mut view = LiveView {
+        caches: &ctx.caches,
+        pods: Vec::new(),
+        checks: Vec::new(),
+    };
     for (namespace, name, uid) in &lookups.pods {
         let cached = ctx.caches.pods.get(Some(namespace), name);
         let confirmed = match cached {
@@ -47,7 +54,8 @@ pub async fn prepare<'a>(ctx: &'a LiveContext, lookups: &Lookups) -> Result<Live
                 }
             }
         };
-        view.pods.push(((namespace.clone(), name.clone()), confirmed));
+        view.pods
+            .push(((namespace.clone(), name.clone()), confirmed));
     }
     let mut any_denied = false;
     for check in &lookups.checks {
@@ -66,7 +74,11 @@ pub async fn prepare<'a>(ctx: &'a LiveContext, lookups: &Lookups) -> Result<Live
 
 impl ClusterView for LiveView<'_> {
     fn pod(&self, namespace: &str, name: &str) -> Lookup<Arc<CachedPod>> {
-        if let Some((_, l)) = self.pods.iter().find(|((ns, n), _)| ns == namespace && n == name) {
+        if let Some((_, l)) = self
+            .pods
+            .iter()
+            .find(|((ns, n), _)| ns == namespace && n == name)
+        {
             return l.clone();
         }
         match self.caches.pods.get(Some(namespace), name) {
@@ -96,6 +108,8 @@ impl ClusterView for LiveView<'_> {
             .find(|(c, _)| c == check)
             .map(|(_, v)| v.clone())
             // A check the review did not announce was not prepared: refuse rather than allow.
-            .unwrap_or_else(|| Authorization::Denied("internal: access check was not prepared".into()))
+            .unwrap_or_else(|| {
+                Authorization::Denied("internal: access check was not prepared".into())
+            })
     }
 }

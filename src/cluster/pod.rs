@@ -37,10 +37,20 @@ pub struct CachedPodSpec {
     pub priority: Option<i32>,
     /// Whether the pod belongs to a Workload/PodGroup (`spec.workloadRef`, later
     /// `spec.schedulingGroup`): such pods cannot be evicted one by one.
-    #[serde(default, rename = "workloadRef", deserialize_with = "present", skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        rename = "workloadRef",
+        deserialize_with = "present",
+        skip_serializing_if = "is_false"
+    )]
     pub workload_ref: bool,
     /// Successor of `workloadRef` in newer Kubernetes versions.
-    #[serde(default, rename = "schedulingGroup", deserialize_with = "present", skip_serializing)]
+    #[serde(
+        default,
+        rename = "schedulingGroup",
+        deserialize_with = "present",
+        skip_serializing
+    )]
     pub scheduling_group: bool,
 }
 
@@ -111,7 +121,10 @@ impl CachedPod {
             m.annotations = (!kept.is_empty()).then_some(kept);
         }
         if let Some(owners) = m.owner_references.take() {
-            let kept: Vec<_> = owners.into_iter().filter(|o| o.controller == Some(true)).collect();
+            let kept: Vec<_> = owners
+                .into_iter()
+                .filter(|o| o.controller == Some(true))
+                .collect();
             m.owner_references = (!kept.is_empty()).then_some(kept);
         }
         self.spec.workload_ref |= self.spec.scheduling_group;
@@ -140,12 +153,18 @@ impl CachedPod {
 
     /// The raw interceptor annotation, if any.
     pub fn interceptor_annotation(&self) -> Option<&str> {
-        self.metadata.annotations.as_ref()?.get(INTERCEPTORS_ANNOTATION).map(String::as_str)
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(INTERCEPTORS_ANNOTATION)
+            .map(String::as_str)
     }
 
     /// The interceptors the pod declares, in order.
     pub fn interceptors(&self) -> Vec<String> {
-        self.interceptor_annotation().map(parse_interceptor_list).unwrap_or_default()
+        self.interceptor_annotation()
+            .map(parse_interceptor_list)
+            .unwrap_or_default()
     }
 
     /// Priority (0 when unset).
@@ -155,7 +174,10 @@ impl CachedPod {
 
     /// True when the pod is a mirror (static) pod.
     pub fn is_mirror(&self) -> bool {
-        self.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+        self.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
     }
 
     /// True when the pod's controller is a DaemonSet.
@@ -229,7 +251,8 @@ mod tests {
     fn pod_types() {
         let mut p = CachedPod::default();
         assert_eq!(pod_type(&p), PodType::Default);
-        p.metadata.annotations = Some([(MIRROR_POD_ANNOTATION.to_string(), "x".to_string())].into());
+        p.metadata.annotations =
+            Some([(MIRROR_POD_ANNOTATION.to_string(), "x".to_string())].into());
         assert_eq!(pod_type(&p), PodType::Static);
     }
 }

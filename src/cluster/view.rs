@@ -111,14 +111,22 @@ impl StaticView {
             complete: true,
             pods: pods
                 .into_iter()
-                .map(|p| ((p.namespace().to_string(), p.name().to_string()), Arc::new(p.trim())))
+                .map(|p| {
+                    (
+                        (p.namespace().to_string(), p.name().to_string()),
+                        Arc::new(p.trim()),
+                    )
+                })
                 .collect(),
             nodes: nodes.into_iter().map(Arc::new).collect(),
             node_maintenances: node_maintenances.into_iter().map(Arc::new).collect(),
             eviction_requests: eviction_requests
                 .into_iter()
                 .map(|e| {
-                    let key = (e.metadata.namespace.clone().unwrap_or_default(), e.metadata.name.clone().unwrap_or_default());
+                    let key = (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    );
                     (key, Arc::new(e))
                 })
                 .collect(),
@@ -141,20 +149,31 @@ impl ClusterView for StaticView {
     }
 
     fn nodes(&self) -> Lookup<Vec<Arc<Node>>> {
-        if self.complete { Lookup::Found(self.nodes.clone()) } else { Lookup::Unknown }
+        if self.complete {
+            Lookup::Found(self.nodes.clone())
+        } else {
+            Lookup::Unknown
+        }
     }
 
     fn node_maintenances(&self) -> Lookup<Vec<Arc<NodeMaintenance>>> {
-        if self.complete { Lookup::Found(self.node_maintenances.clone()) } else { Lookup::Unknown }
+        if self.complete {
+            Lookup::Found(self.node_maintenances.clone())
+        } else {
+            Lookup::Unknown
+        }
     }
 
     fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>> {
-        self.lookup(self.eviction_requests.get(&(namespace.to_string(), name.to_string())))
+        self.lookup(
+            self.eviction_requests
+                .get(&(namespace.to_string(), name.to_string())),
+        )
     }
 
     fn authorize(&self, _check: &AccessCheck) -> Authorization {
-        self.authorization
-            .clone()
-            .unwrap_or_else(|| Authorization::Skipped("authorization is not checked offline".into()))
+        self.authorization.clone().unwrap_or_else(|| {
+            Authorization::Skipped("authorization is not checked offline".into())
+        })
     }
 }

@@ -23,7 +23,14 @@ impl EvictionApi {
         self.version
             .get_or_init(|| async {
                 match client.list_api_group_resources("policy/v1").await {
-                    Ok(list) if list.resources.iter().any(|r| r.name == "poddisruptionbudgets") => "policy/v1",
+                    Ok(list)
+                        if list
+                            .resources
+                            .iter()
+                            .any(|r| r.name == "poddisruptionbudgets") =>
+                    {
+                        "policy/v1"
+                    }
                     _ => "policy/v1beta1",
                 }
             })
@@ -31,7 +38,13 @@ impl EvictionApi {
     }
 
     /// Evicts the pod if its UID is still `uid`.
-    pub async fn evict(&self, client: &Client, namespace: &str, name: &str, uid: &str) -> EvictionOutcome {
+    pub async fn evict(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> EvictionOutcome {
         let version = self.version(client).await;
         let body = json!({
             "apiVersion": version,
@@ -39,9 +52,11 @@ impl EvictionApi {
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": {"preconditions": {"uid": uid}},
         });
-        let request = Request::post(format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&body).unwrap_or_default());
+        let request = Request::post(format!(
+            "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        ))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&body).unwrap_or_default());
         let request = match request {
             Ok(r) => r,
             Err(e) => return failed(0, format!("building the eviction request: {e}"), None),
@@ -57,22 +72,39 @@ impl EvictionApi {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         let message = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
-            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+            .and_then(|v| {
+                v.get("message")
+                    .and_then(|m| m.as_str())
+                    .map(str::to_string)
+            })
             .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(512).collect());
         classify(status, message, retry_after)
     }
 }
 
 fn failed(status_code: u16, message: String, retry_after: Option<Duration>) -> EvictionOutcome {
-    EvictionOutcome::Failed { status_code, message, retry_after }
+    EvictionOutcome::Failed {
+        status_code,
+        message,
+        retry_after,
+    }
 }
 
 /// Maps an Eviction API answer to an outcome: 2xx evicted; 404, or 409 from the UID
 /// precondition, means the pod is gone; anything else failed.
-pub fn classify(status: StatusCode, message: String, retry_after: Option<Duration>) -> EvictionOutcome {
+pub fn classify(
+    status: StatusCode,
+    message: String,
+    retry_after: Option<Duration>,
+) -> EvictionOutcome {
     if status.is_success() {
         EvictionOutcome::Evicted
     } else if status == StatusCode::NOT_FOUND
@@ -90,15 +122,33 @@ mod tests {
 
     #[test]
     fn classification() {
-        assert_eq!(classify(StatusCode::CREATED, String::new(), None), EvictionOutcome::Evicted);
-        assert_eq!(classify(StatusCode::NOT_FOUND, "pods \"p\" not found".into(), None), EvictionOutcome::PodGone);
         assert_eq!(
-            classify(StatusCode::CONFLICT, "Precondition failed: UID in precondition: a, UID in object meta: b".into(), None),
+            classify(StatusCode::CREATED, String::new(), None),
+            EvictionOutcome::Evicted
+        );
+        assert_eq!(
+            classify(StatusCode::NOT_FOUND, "pods \"p\" not found".into(), None),
+            EvictionOutcome::PodGone
+        );
+        assert_eq!(
+            classify(
+                StatusCode::CONFLICT,
+                "Precondition failed: UID in precondition: a, UID in object meta: b".into(),
+                None
+            ),
             EvictionOutcome::PodGone
         );
         assert!(matches!(
-            classify(StatusCode::TOO_MANY_REQUESTS, "Cannot evict pod as it would violate the pod's disruption budget.".into(), Some(Duration::from_secs(10))),
-            EvictionOutcome::Failed { status_code: 429, retry_after: Some(_), .. }
+            classify(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                Some(Duration::from_secs(10))
+            ),
+            EvictionOutcome::Failed {
+                status_code: 429,
+                retry_after: Some(_),
+                ..
+            }
         ));
     }
 }

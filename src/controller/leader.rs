@@ -13,8 +13,12 @@ use crate::cli::ServeArgs;
 
 /// Runs `work` whenever this replica is the leader, cancelling its token when leadership is
 /// lost, until `shutdown`.
-pub async fn run_while_leader<F, Fut>(client: Client, args: &ServeArgs, shutdown: CancellationToken, work: F)
-where
+pub async fn run_while_leader<F, Fut>(
+    client: Client,
+    args: &ServeArgs,
+    shutdown: CancellationToken,
+    work: F,
+) where
     F: Fn(CancellationToken) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -23,7 +27,8 @@ where
         .clone()
         .or_else(|| args.service_namespace.clone())
         .unwrap_or_else(|| "default".into());
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("evictord-{}", std::process::id()));
+    let identity =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("evictord-{}", std::process::id()));
     let duration = args.lease_duration.as_secs().max(2);
     let manager = LeaseManagerBuilder::new(client, &args.leader_election_id)
         .with_namespace(&namespace)

@@ -18,18 +18,29 @@ use crate::cli::ServeArgs;
 use crate::cluster::Caches;
 
 fn reporter() -> Reporter {
-    Reporter { controller: "evictord".into(), instance: std::env::var("POD_NAME").ok() }
+    Reporter {
+        controller: "evictord".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
 }
 
 /// Runs the enabled controllers until `shutdown` (on the leader only, with leader election).
-pub async fn run(client: Client, caches: Arc<Caches>, args: ServeArgs, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    caches: Arc<Caches>,
+    args: ServeArgs,
+    shutdown: CancellationToken,
+) {
     if args.controllers.iter().all(|c| c == "none") {
         info!("controllers disabled (--controllers=none)");
         return;
     }
     if args.leader_election {
         let election = args.clone();
-        leader::run_while_leader(client.clone(), &election, shutdown, move |term| start(client.clone(), caches.clone(), args.clone(), term)).await;
+        leader::run_while_leader(client.clone(), &election, shutdown, move |term| {
+            start(client.clone(), caches.clone(), args.clone(), term)
+        })
+        .await;
     } else {
         start(client, caches, args, shutdown).await;
     }
@@ -54,7 +65,10 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             eviction: Default::default(),
         });
         info!("starting the eviction request controller");
-        tasks.push(tokio::spawn(eviction_request::reconciler::run(ctx, term.clone())));
+        tasks.push(tokio::spawn(eviction_request::reconciler::run(
+            ctx,
+            term.clone(),
+        )));
     }
     for t in tasks {
         let _ = t.await;

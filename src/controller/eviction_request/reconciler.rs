@@ -21,7 +21,9 @@ use super::{Action, DecideSettings, Decision, EventType, after_eviction, decide}
 use crate::api::EvictionRequest;
 use crate::cluster::Caches;
 use crate::controller::eviction_api::EvictionApi;
-use crate::metrics::{ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics};
+use crate::metrics::{
+    ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics,
+};
 
 const CONTROLLER: &str = "evictionrequest";
 
@@ -51,7 +53,9 @@ pub struct Context {
 }
 
 fn controller_label() -> ControllerLabel {
-    ControllerLabel { controller: CONTROLLER }
+    ControllerLabel {
+        controller: CONTROLLER,
+    }
 }
 
 /// Runs the controller until `shutdown`.
@@ -79,7 +83,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    metrics().reconcile_retries.get_or_create(&controller_label()).inc();
+    metrics()
+        .reconcile_retries
+        .get_or_create(&controller_label())
+        .inc();
     let conflict = matches!(error, Error::Status(_, kube::Error::Api(e)) | Error::Labels(_, kube::Error::Api(e)) if e.code == 409 || e.code == 422);
     if conflict {
         debug!(%error, "concurrent write; reconciling again");
@@ -95,26 +102,43 @@ async fn reconcile(req: Arc<EvictionRequest>, ctx: Arc<Context>) -> Result<Reque
     let key = format!("{}/{}", req.namespace().unwrap_or_default(), req.name_any());
     let span = info_span!("reconcile", controller = CONTROLLER, request = %key);
     let result = reconcile_inner(req, &ctx).instrument(span).await;
-    metrics().reconcile_duration.get_or_create(&controller_label()).observe(started.elapsed().as_secs_f64());
+    metrics()
+        .reconcile_duration
+        .get_or_create(&controller_label())
+        .observe(started.elapsed().as_secs_f64());
     result
 }
 
 async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Requeue, Error> {
     // Read the latest cached copy: the trigger may be older than the store.
     let ns = req.namespace().unwrap_or_default();
-    let req = ctx.caches.eviction_requests.get(Some(&ns), &req.name_any()).unwrap_or(req);
+    let req = ctx
+        .caches
+        .eviction_requests
+        .get(Some(&ns), &req.name_any())
+        .unwrap_or(req);
     let pod = ctx.caches.pods.get(Some(&ns), &req.spec.target.pod.name);
     let decision = decide(&req, pod.as_deref(), Timestamp::now(), &ctx.settings);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
-    if let Some(Action::Evict { namespace, name, uid }) = &decision.action {
+    if let Some(Action::Evict {
+        namespace,
+        name,
+        uid,
+    }) = &decision.action
+    {
         let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
         let result = match &outcome {
             super::EvictionOutcome::Evicted => "success",
             super::EvictionOutcome::PodGone => "pod_gone",
-            super::EvictionOutcome::Failed { status_code: 429, .. } => "too_many_requests",
+            super::EvictionOutcome::Failed {
+                status_code: 429, ..
+            } => "too_many_requests",
             super::EvictionOutcome::Failed { .. } => "failure",
         };
-        metrics().imperative_evictions.get_or_create(&ResultLabel { result }).inc();
+        metrics()
+            .imperative_evictions
+            .get_or_create(&ResultLabel { result })
+            .inc();
         let followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
         let (_, later) = apply(ctx, &updated, &followup).await?;
         requeue = earliest(requeue, later);
@@ -134,14 +158,22 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 }
 
 /// Applies labels, status, events and metrics of one decision; returns the request as written.
-async fn apply(ctx: &Context, req: &EvictionRequest, d: &Decision) -> Result<(EvictionRequest, Option<Duration>), Error> {
+async fn apply(
+    ctx: &Context,
+    req: &EvictionRequest,
+    d: &Decision,
+) -> Result<(EvictionRequest, Option<Duration>), Error> {
     let ns = req.namespace().unwrap_or_default();
     let name = req.name_any();
     let api: Api<EvictionRequest> = Api::namespaced(ctx.client.clone(), &ns);
     let mut current = req.clone();
     if let Some(labels) = &d.labels {
-        let patch = json!({"metadata": {"labels": labels, "resourceVersion": current.resource_version()}});
-        current = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| Error::Labels(name.clone(), e))?;
+        let patch =
+            json!({"metadata": {"labels": labels, "resourceVersion": current.resource_version()}});
+        current = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::Labels(name.clone(), e))?;
     }
     if let Some(status) = &d.status {
         // One JSON patch: the test makes a concurrent writer's update fail this one (409/422)
@@ -159,7 +191,10 @@ async fn apply(ctx: &Context, req: &EvictionRequest, d: &Decision) -> Result<(Ev
     if let Some((interceptor, reason)) = &d.processed {
         metrics()
             .processed_interceptor
-            .get_or_create(&ProcessedLabels { interceptor: interceptor.clone(), reason: reason.as_str() })
+            .get_or_create(&ProcessedLabels {
+                interceptor: interceptor.clone(),
+                reason: reason.as_str(),
+            })
             .inc();
     }
     let reference = current.object_ref(&());
@@ -195,10 +230,18 @@ async fn refresh_gauges(caches: Arc<Caches>, shutdown: CancellationToken) {
             }
             open += 1;
             for a in &status.active_interceptors {
-                m.active_interceptor.get_or_create(&InterceptorLabel { interceptor: a.clone() }).inc();
+                m.active_interceptor
+                    .get_or_create(&InterceptorLabel {
+                        interceptor: a.clone(),
+                    })
+                    .inc();
             }
             for q in &r.spec.requesters {
-                m.active_requester.get_or_create(&RequesterLabel { requester: q.name.clone() }).inc();
+                m.active_requester
+                    .get_or_create(&RequesterLabel {
+                        requester: q.name.clone(),
+                    })
+                    .inc();
             }
         }
         m.queue_depth.get_or_create(&controller_label()).set(open);
