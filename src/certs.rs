@@ -26,7 +26,7 @@ use crate::tls::{self, CA_FILE, CA_KEY_FILE, CERT_FILE, CertBundle, KEY_FILE};
 /// Where the certificates live.
 enum Store {
     Dir(PathBuf),
-    Secret { api: Api<Secret>, name: String },
+    Secret { api: Box<Api<Secret>>, name: String },
 }
 
 /// The certificates of the running server and where they come from.
@@ -103,7 +103,7 @@ pub async fn obtain(args: &ServeArgs, client: Option<&Client>) -> anyhow::Result
             let bundle = secret_bundle_or_create(&api, name, &names, args.cert_validity).await?;
             (
                 Store::Secret {
-                    api,
+                    api: Box::new(api),
                     name: name.clone(),
                 },
                 bundle,

@@ -166,7 +166,7 @@ pub enum CancellationPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct PodEvictionStatus {
     /// How many Eviction API calls have failed. Only ever increases.
-    #[serde(default)]
+    #[serde(default, rename = "failedAPIEvictionCounter")]
     #[schemars(range(min = 0))]
     pub failed_api_eviction_counter: i32,
     /// When the last Eviction API call failed (EXTENSION: anchors the retry backoff, which is

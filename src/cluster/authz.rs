@@ -39,10 +39,10 @@ impl Authorizer {
     /// When the SubjectAccessReview cannot be created.
     pub async fn check(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
         let key = format!("{check:?}");
-        if let Some((verdict, at)) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-            if at.elapsed() < TTL {
-                return Ok(verdict);
-            }
+        if let Some((verdict, at)) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned())
+            && at.elapsed() < TTL
+        {
+            return Ok(verdict);
         }
         let verdict = self.review(check).await?;
         if let Ok(mut cache) = self.cache.lock() {

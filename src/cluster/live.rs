@@ -20,10 +20,13 @@ pub struct LiveContext {
     pub authorizer: Authorizer,
 }
 
+/// A pod lookup prepared for one request, by (namespace, name).
+type PreparedPod = ((String, String), Lookup<Arc<CachedPod>>);
+
 /// The caches plus the lookups prepared for one request.
 pub struct LiveView<'a> {
     caches: &'a Caches,
-    pods: Vec<((String, String), Lookup<Arc<CachedPod>>)>,
+    pods: Vec<PreparedPod>,
     checks: Vec<(AccessCheck, Authorization)>,
 }
 

@@ -14,7 +14,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+    SanType,
+};
 use tokio::sync::OnceCell;
 
 /// A running control plane.
@@ -38,7 +41,10 @@ pub async fn cluster() -> &'static TestCluster {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 fn assets() -> PathBuf {
@@ -46,7 +52,12 @@ fn assets() -> PathBuf {
         panic!("KUBEBUILDER_ASSETS is not set: run the tests with `make test` (it builds or finds kube-apiserver and etcd), or point it at a directory holding them")
     });
     for bin in ["kube-apiserver", "etcd"] {
-        assert!(dir.join(bin).is_file(), "{} not found in KUBEBUILDER_ASSETS={}", bin, dir.display());
+        assert!(
+            dir.join(bin).is_file(),
+            "{} not found in KUBEBUILDER_ASSETS={}",
+            bin,
+            dir.display()
+        );
     }
     dir
 }
@@ -55,7 +66,14 @@ fn write(path: &Path, content: &str) {
     std::fs::write(path, content).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
-fn issue(ca: &CertifiedIssuer<'_, KeyPair>, cn: &str, org: Option<&str>, sans: &[&str], dir: &Path, stem: &str) {
+fn issue(
+    ca: &CertifiedIssuer<'_, KeyPair>,
+    cn: &str,
+    org: Option<&str>,
+    sans: &[&str],
+    dir: &Path,
+    stem: &str,
+) {
     let key = KeyPair::generate().expect("key");
     let mut p = CertificateParams::default();
     p.distinguished_name.push(DnType::CommonName, cn);
@@ -83,14 +101,30 @@ fn watchdog(pids: &[u32], dir: &Path) {
         p = pids.join(" "),
         d = dir.display()
     );
-    Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("watchdog");
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watchdog");
 }
 
 /// Kills `pid` when this process exits (for processes started by tests).
 pub fn kill_on_exit(pid: u32) {
     let me = std::process::id();
-    let script = format!("while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; kill -KILL {pid} 2>/dev/null");
-    Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("watchdog");
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; kill -KILL {pid} 2>/dev/null"
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watchdog");
 }
 
 fn log_file(dir: &Path, name: &str) -> std::fs::File {
@@ -99,20 +133,39 @@ fn log_file(dir: &Path, name: &str) -> std::fs::File {
 
 async fn start() -> TestCluster {
     let assets = assets();
-    let dir = std::env::temp_dir().join(format!("evictord-test-{}-{}", std::process::id(), free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "evictord-test-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).expect("scratch dir");
 
     // Certificates: one CA for the serving certificate and the admin client certificate.
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name.push(DnType::CommonName, "envtest-ca");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "envtest-ca");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::CrlSign];
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::CrlSign,
+    ];
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
     write(&dir.join("ca.crt"), &ca.pem());
-    issue(&ca, "kube-apiserver", None, &["127.0.0.1", "localhost"], &dir, "apiserver");
+    issue(
+        &ca,
+        "kube-apiserver",
+        None,
+        &["127.0.0.1", "localhost"],
+        &dir,
+        "apiserver",
+    );
     issue(&ca, "admin", Some("system:masters"), &[], &dir, "admin");
-    write(&dir.join("sa.key"), &KeyPair::generate().expect("sa key").serialize_pem());
+    let sa = KeyPair::generate().expect("sa key");
+    write(&dir.join("sa.key"), &sa.serialize_pem());
+    write(&dir.join("sa.pub"), &sa.public_key_pem());
 
     let etcd_port = free_port();
     let etcd_peer = free_port();
@@ -148,7 +201,7 @@ async fn start() -> TestCluster {
             format!("--tls-cert-file={}", d("apiserver.crt")),
             format!("--tls-private-key-file={}", d("apiserver.key")),
             format!("--client-ca-file={}", d("ca.crt")),
-            format!("--service-account-key-file={}", d("sa.key")),
+            format!("--service-account-key-file={}", d("sa.pub")),
             format!("--service-account-signing-key-file={}", d("sa.key")),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
@@ -176,10 +229,18 @@ async fn start() -> TestCluster {
             key = d("admin.key"),
         ),
     );
-    let cluster = TestCluster { dir, kubeconfig, server, assets };
+    let cluster = TestCluster {
+        dir,
+        kubeconfig,
+        server,
+        assets,
+    };
     let client = cluster.client().await;
     for _ in 0..240 {
-        if let Ok(body) = client.request_text(http::Request::get("/readyz").body(vec![]).expect("request")).await {
+        if let Ok(body) = client
+            .request_text(http::Request::get("/readyz").body(vec![]).expect("request"))
+            .await
+        {
             if body.trim() == "ok" {
                 // The default namespace is created by the apiserver itself shortly after start.
                 let ns: Api<Namespace> = Api::all(client.clone());
@@ -191,7 +252,10 @@ async fn start() -> TestCluster {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let err = std::fs::read_to_string(cluster.dir.join("apiserver.err")).unwrap_or_default();
-    panic!("kube-apiserver did not become ready within 60s; last log lines:\n{}", tail(&err, 30));
+    panic!(
+        "kube-apiserver did not become ready within 60s; last log lines:\n{}",
+        tail(&err, 30)
+    );
 }
 
 pub fn tail(s: &str, n: usize) -> String {
@@ -203,14 +267,18 @@ impl TestCluster {
     /// A new admin client (one per test: a client is bound to the runtime that created it).
     pub async fn client(&self) -> Client {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
         Client::try_from(config).expect("client")
     }
 
     /// A client impersonating `user` (with optional groups).
     pub async fn client_as(&self, user: &str, groups: &[&str]) -> Client {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
         config.auth_info.impersonate = Some(user.to_string());
         config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
         Client::try_from(config).expect("client")
@@ -221,8 +289,11 @@ impl TestCluster {
         let n = NAMESPACES.fetch_add(1, Ordering::SeqCst);
         let name = format!("{prefix}-{}-{n}", std::process::id() % 100_000);
         let api: Api<Namespace> = Api::all(self.client().await);
-        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
-        api.create(&PostParams::default(), &ns).await.expect("create namespace");
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("namespace");
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
         name
     }
 

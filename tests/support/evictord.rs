@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
@@ -28,7 +30,12 @@ pub struct Evictord {
 static SHARED: OnceCell<Evictord> = OnceCell::const_new();
 
 /// Flags for fast tests: short interceptor deadline, 1 s heartbeat interval, fast backoff.
-pub const FAST: &[&str] = &["--interceptor-deadline=6s", "--min-heartbeat-interval=1s", "--eviction-backoff-base=1s", "--eviction-backoff-cap=4s"];
+pub const FAST: &[&str] = &[
+    "--interceptor-deadline=6s",
+    "--min-heartbeat-interval=1s",
+    "--eviction-backoff-base=1s",
+    "--eviction-backoff-cap=4s",
+];
 
 /// The evictord of this test binary (webhook + controllers), started on first use with `args`.
 pub async fn shared(args: &[&str]) -> &'static Evictord {
@@ -45,8 +52,15 @@ pub async fn shared(args: &[&str]) -> &'static Evictord {
 
 /// Installs the CRDs printed by `evictord crds` and waits until they are Established.
 pub async fn install_crds(c: &TestCluster) {
-    let out = Command::new(BIN).arg("crds").output().expect("evictord crds");
-    assert!(out.status.success(), "evictord crds failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .arg("crds")
+        .output()
+        .expect("evictord crds");
+    assert!(
+        out.status.success(),
+        "evictord crds failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let client = c.client().await;
     let api: Api<CustomResourceDefinition> = Api::all(client);
     for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
@@ -62,10 +76,13 @@ pub async fn install_crds(c: &TestCluster) {
             Err(e) => panic!("creating CRD {name}: {e}"),
         }
         let cond = kube::runtime::wait::conditions::is_crd_established();
-        tokio::time::timeout(Duration::from_secs(30), kube::runtime::wait::await_condition(api.clone(), &name, cond))
-            .await
-            .expect("CRD established in time")
-            .expect("watching CRD");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &name, cond),
+        )
+        .await
+        .expect("CRD established in time")
+        .expect("watching CRD");
     }
 }
 
@@ -94,10 +111,21 @@ impl Evictord {
             .env("RUST_LOG", "info,evictord=debug")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).expect("log"))
-            .stderr(std::fs::OpenOptions::new().append(true).open(&log).expect("log"));
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            );
         let child = cmd.spawn().expect("starting evictord");
         kill_on_exit(child.id());
-        let e = Evictord { child: Some(child), webhook_port, probe_port, cert_dir, log };
+        let e = Evictord {
+            child: Some(child),
+            webhook_port,
+            probe_port,
+            cert_dir,
+            log,
+        };
         e.wait_ready().await;
         e
     }
@@ -119,28 +147,43 @@ impl Evictord {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("evictord did not become ready within 30s:\n{}", tail(&self.logs(), 40));
+        panic!(
+            "evictord did not become ready within 30s:\n{}",
+            tail(&self.logs(), 40)
+        );
     }
 
     /// Registers the webhook configurations printed by `evictord webhook-config` for this server.
     pub async fn register_webhooks(&self, c: &TestCluster, name: &str) {
         let out = Command::new(BIN)
             .args(["webhook-config", "--match-conditions=false", "--name", name])
-            .arg(format!("--url-base=https://127.0.0.1:{}", self.webhook_port))
-            .arg(format!("--ca-file={}", self.cert_dir.join("ca.crt").display()))
+            .arg(format!(
+                "--url-base=https://127.0.0.1:{}",
+                self.webhook_port
+            ))
+            .arg(format!(
+                "--ca-file={}",
+                self.cert_dir.join("ca.crt").display()
+            ))
             .output()
             .expect("evictord webhook-config");
-        assert!(out.status.success(), "webhook-config failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "webhook-config failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let client = c.client().await;
         for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
             let value = serde_yaml::Value::deserialize(doc).expect("yaml");
             match value.get("kind").and_then(|k| k.as_str()) {
                 Some("ValidatingWebhookConfiguration") => {
-                    let obj: ValidatingWebhookConfiguration = serde_yaml::from_value(value).expect("vwc");
+                    let obj: ValidatingWebhookConfiguration =
+                        serde_yaml::from_value(value).expect("vwc");
                     recreate(Api::all(client.clone()), obj).await;
                 }
                 Some("MutatingWebhookConfiguration") => {
-                    let obj: MutatingWebhookConfiguration = serde_yaml::from_value(value).expect("mwc");
+                    let obj: MutatingWebhookConfiguration =
+                        serde_yaml::from_value(value).expect("mwc");
                     recreate(Api::all(client.clone()), obj).await;
                 }
                 _ => {}
@@ -153,7 +196,10 @@ impl Evictord {
     /// Sends SIGTERM and waits for the process to exit.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         for _ in 0..300 {
             if let Ok(Some(status)) = child.try_wait() {
                 return Some(status);
@@ -185,18 +231,32 @@ where
 {
     let name = obj.meta().name.clone().expect("name");
     let _ = api.delete(&name, &DeleteParams::default()).await;
-    api.create(&PostParams::default(), &obj).await.expect("register webhook configuration");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("register webhook configuration");
 }
 
 /// A minimal HTTP/1.1 GET on 127.0.0.1 (probe port, plain HTTP).
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await.ok()?.ok()?;
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 

@@ -20,7 +20,14 @@ pub struct PodBuilder {
 
 /// A pod named `name` (one container, grace period 0 so that deletion is immediate).
 pub fn pod(name: &str) -> PodBuilder {
-    PodBuilder { name: name.into(), labels: BTreeMap::new(), annotations: BTreeMap::new(), node: None, priority_class: None, owner: None }
+    PodBuilder {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        node: None,
+        priority_class: None,
+        owner: None,
+    }
 }
 
 impl PodBuilder {
@@ -44,7 +51,9 @@ impl PodBuilder {
         self
     }
     pub fn daemonset(mut self, ds: &str) -> Self {
-        self.owner = Some(json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": format!("ds-{ds}"), "controller": true}));
+        self.owner = Some(
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": format!("ds-{ds}"), "controller": true}),
+        );
         self
     }
     pub fn mirror(self) -> Self {
@@ -76,8 +85,17 @@ impl PodBuilder {
     /// Creates the pod and marks it Running (a PodDisruptionBudget counts only running pods).
     pub async fn create(&self, client: &Client, ns: &str) -> Pod {
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let created = api.create(&PostParams::default(), &self.build()).await.unwrap_or_else(|e| panic!("creating pod {}: {e}", self.name));
+        let created = api
+            .create(&PostParams::default(), &self.build())
+            .await
+            .unwrap_or_else(|e| panic!("creating pod {}: {e}", self.name));
         let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-        api.patch_status(&self.name, &Default::default(), &kube::api::Patch::Merge(&status)).await.map_or(created, |p| p)
+        api.patch_status(
+            &self.name,
+            &Default::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .map_or(created, |p| p)
     }
 }
