@@ -5,6 +5,7 @@
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
+pub mod tools;
 
 pub use control_plane::{TestCluster, cluster};
 pub use evictord::Evictord;
