@@ -98,6 +98,11 @@ pub fn review(
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
     let value: serde_json::Value = serde_yaml::from_slice(input)?;
+    if value.is_null() {
+        return Err(Error::Unsupported(
+            "the input is empty: expected one AdmissionReview (JSON or YAML)".into(),
+        ));
+    }
     let api_version = value
         .get("apiVersion")
         .and_then(|v| v.as_str())
@@ -111,6 +116,14 @@ pub fn review(
         Some(bytes) => view_from_objects(bytes)?,
         None => StaticView::unknown(),
     };
+    if !value
+        .get("request")
+        .is_some_and(serde_json::Value::is_object)
+    {
+        return Err(Error::Unsupported(
+            "the AdmissionReview has no request".into(),
+        ));
+    }
     let resource = value
         .pointer("/request/resource/resource")
         .and_then(|r| r.as_str())
