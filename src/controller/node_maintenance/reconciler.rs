@@ -329,15 +329,13 @@ async fn cordon_nodes(
     for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
         if let Some(change) = cordon(node) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
-            if result.is_ok() {
-                if let Some(event) = change.event {
-                    let note = Note {
-                        reason: event.reason(),
-                        message: event.message(&node.name_any()),
-                        warning: event == super::cordon::NodeEvent::Recordoned,
-                    };
-                    publish(ctx, nm, &[note]).await;
-                }
+            if let (Ok(()), Some(event)) = (&result, change.event) {
+                let note = Note {
+                    reason: event.reason(),
+                    message: event.message(&node.name_any()),
+                    warning: event == super::cordon::NodeEvent::Recordoned,
+                };
+                publish(ctx, nm, &[note]).await;
             }
             keep(&mut first, result);
         }
@@ -364,11 +362,9 @@ async fn restore_nodes(
         let held = others.iter().any(|m| selects(m, node));
         if let Some(change) = restore(node, held) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
-            if result.is_ok() {
-                if let Some(event) = change.event {
-                    let note = Note::normal(event.reason(), event.message(&node.name_any()));
-                    publish(ctx, nm, &[note]).await;
-                }
+            if let (Ok(()), Some(event)) = (&result, change.event) {
+                let note = Note::normal(event.reason(), event.message(&node.name_any()));
+                publish(ctx, nm, &[note]).await;
             }
             keep(&mut first, result);
         }
