@@ -41,6 +41,7 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
     let fmt = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()

@@ -96,3 +96,16 @@ fn chart_crds_equal_generated_crds() {
         "charts/evictord/crds/evictord.dev_crds.yaml is stale: regenerate it with `make crds` (evictord crds > charts/evictord/crds/evictord.dev_crds.yaml)"
     );
 }
+
+/// A control plane for manual debugging: `EVICTORD_TEST_KEEP=1 cargo test --test smoke --
+/// --ignored dev_cluster --nocapture` prints the kubeconfig path and keeps it running for
+/// `EVICTORD_DEV_SECONDS` (default 600).
+#[tokio::test]
+#[ignore = "manual: keeps a control plane running"]
+async fn dev_cluster() {
+    let c = support::cluster().await;
+    install_crds(c).await;
+    println!("KUBECONFIG={}", c.kubeconfig.display());
+    let secs = std::env::var("EVICTORD_DEV_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+}

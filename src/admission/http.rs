@@ -14,9 +14,12 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use base64::Engine;
 use jiff::Timestamp;
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
+use serde::{Serialize, Serializer};
 use tracing::{Instrument, info_span, warn};
 
 use super::{Lookups, ReviewRequest, Settings, Verdict};
@@ -117,6 +120,50 @@ pub fn check_version(api_version: &str, kind: &str) -> Result<(), HandlerError> 
     Ok(())
 }
 
+/// Refuses a request for another resource than the webhook's: every route must review only
+/// what it is registered for. (A Pod decodes leniently, so without this an EvictionRequest sent
+/// to the Pod route by a misconfigured webhook would be allowed unreviewed.)
+///
+/// # Errors
+/// `BadRequest` naming the resource received and the one expected.
+pub fn check_resource<K: kube::Resource>(
+    webhook: &Webhook<K>,
+    req: &AdmissionRequest<K>,
+) -> Result<(), HandlerError> {
+    if req.resource.resource == webhook.resource {
+        return Ok(());
+    }
+    Err(HandlerError::BadRequest(format!(
+        "this webhook reviews {}, got a request for {:?} (group {:?}); check the webhook configuration's rules",
+        webhook.resource, req.resource.resource, req.resource.group
+    )))
+}
+
+/// The response AdmissionReview as kube-apiserver documents it: `response.patch` is a base64
+/// string (Go `[]byte`). kube-core serializes its `Vec<u8>` as an array of numbers, which Go's
+/// decoder happens to accept but nothing else expects (and which makes `evictord review`
+/// output unreadable).
+#[derive(Clone, Debug)]
+pub struct ResponseReview(pub AdmissionReview<DynamicObject>);
+
+impl From<AdmissionResponse> for ResponseReview {
+    fn from(response: AdmissionResponse) -> Self {
+        Self(response.into_review())
+    }
+}
+
+impl Serialize for ResponseReview {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut value = serde_json::to_value(&self.0).map_err(serde::ser::Error::custom)?;
+        let patch = self.0.response.as_ref().and_then(|r| r.patch.as_deref());
+        if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
+            *slot =
+                serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+        }
+        value.serialize(serializer)
+    }
+}
+
 /// The typed view of an admission request that reviews take.
 pub fn review_request<K: kube::Resource>(
     req: &AdmissionRequest<K>,
@@ -215,7 +262,11 @@ where
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let (operation, verdict, response) = match decode::<K>(ct, &body) {
+    let decoded = decode::<K>(ct, &body).and_then(|req| {
+        check_resource(webhook, &req)?;
+        Ok(req)
+    });
+    let (operation, verdict, response) = match decoded {
         Err(e) => {
             warn!(resource = webhook.resource, error = %e, "bad admission request");
             ("-", "error", e.into_response())
@@ -226,7 +277,11 @@ where
             match review_live(webhook, &state, &req).instrument(span).await {
                 Ok(resp) => {
                     let v = if resp.allowed { "allowed" } else { "denied" };
-                    (op, v, axum::Json(resp.into_review()).into_response())
+                    (
+                        op,
+                        v,
+                        axum::Json(ResponseReview::from(resp)).into_response(),
+                    )
                 }
                 Err(e) => {
                     warn!(resource = webhook.resource, error = %e, "admission request failed");

@@ -4,11 +4,10 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
 
-use super::http::{Webhook, check_version, respond, review_request};
+use super::http::{ResponseReview, Webhook, check_version, respond, review_request};
 use super::webhooks::{
     MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
 };
@@ -82,10 +81,10 @@ fn run<K: kube::Resource + DeserializeOwned>(
     view: &StaticView,
     now: Timestamp,
     settings: &Settings,
-) -> Result<AdmissionReview<DynamicObject>, Error> {
+) -> Result<ResponseReview, Error> {
     let req = decode::<K>(review)?;
     let verdict = (webhook.review)(&review_request(&req, now), view, settings);
-    Ok(respond(&req, verdict).into_review())
+    Ok(respond(&req, verdict).into())
 }
 
 /// Reviews one AdmissionReview (JSON or YAML) and returns the response AdmissionReview.
@@ -97,8 +96,13 @@ pub fn review(
     objects: Option<&[u8]>,
     now: Timestamp,
     settings: &Settings,
-) -> Result<AdmissionReview<DynamicObject>, Error> {
+) -> Result<ResponseReview, Error> {
     let value: serde_json::Value = serde_yaml::from_slice(input)?;
+    if value.is_null() {
+        return Err(Error::Unsupported(
+            "the input is empty: expected one AdmissionReview (JSON or YAML)".into(),
+        ));
+    }
     let api_version = value
         .get("apiVersion")
         .and_then(|v| v.as_str())
@@ -112,6 +116,14 @@ pub fn review(
         Some(bytes) => view_from_objects(bytes)?,
         None => StaticView::unknown(),
     };
+    if !value
+        .get("request")
+        .is_some_and(serde_json::Value::is_object)
+    {
+        return Err(Error::Unsupported(
+            "the AdmissionReview has no request".into(),
+        ));
+    }
     let resource = value
         .pointer("/request/resource/resource")
         .and_then(|r| r.as_str())
@@ -134,12 +146,12 @@ fn review_node_maintenance(
     view: &StaticView,
     now: Timestamp,
     settings: &Settings,
-) -> Result<AdmissionReview<DynamicObject>, Error> {
+) -> Result<ResponseReview, Error> {
     let mut req = decode::<NodeMaintenance>(value)?;
     if req.operation != Operation::Create {
         let verdict =
             (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
-        return Ok(respond(&req, verdict).into_review());
+        return Ok(respond(&req, verdict).into());
     }
     let mutation = (MUTATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);
     if let (Some(obj), false) = (req.object.as_ref(), mutation.patch.is_empty()) {
@@ -156,5 +168,5 @@ fn review_node_maintenance(
         warnings,
         patch: mutation.patch,
     };
-    Ok(respond(&req, verdict).into_review())
+    Ok(respond(&req, verdict).into())
 }

@@ -4,7 +4,6 @@
 //! for [`Caches::synced`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -12,7 +11,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tracing::{debug, warn};
 
 use super::CachedPod;
@@ -79,7 +78,7 @@ pub struct Caches {
     pub node_maintenances: Watched<NodeMaintenance>,
     /// EvictionRequests.
     pub eviction_requests: Watched<EvictionRequest>,
-    synced: AtomicBool,
+    synced: watch::Sender<bool>,
 }
 
 impl Caches {
@@ -91,31 +90,31 @@ impl Caches {
             nodes: spawn_watch(Api::all(client.clone()), trim_node),
             node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
             eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
-            synced: AtomicBool::new(false),
+            synced: watch::channel(false).0,
         });
+        // kube-runtime's readiness future wakes only its latest waiter, so exactly one task
+        // waits on the stores and everyone else waits on this flag.
         let c = caches.clone();
         tokio::spawn(async move {
             let ok = c.pods.store.wait_until_ready().await.is_ok()
                 && c.nodes.store.wait_until_ready().await.is_ok()
                 && c.node_maintenances.store.wait_until_ready().await.is_ok()
                 && c.eviction_requests.store.wait_until_ready().await.is_ok();
-            c.synced.store(ok, Ordering::Release);
             debug!(ok, "watch caches synced");
+            c.synced.send_replace(ok);
         });
         caches
     }
 
     /// True once every store has received its initial list.
     pub fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        *self.synced.borrow()
     }
 
     /// Waits until every store has received its initial list.
     pub async fn wait_synced(&self) {
-        let _ = self.pods.store.wait_until_ready().await;
-        let _ = self.nodes.store.wait_until_ready().await;
-        let _ = self.node_maintenances.store.wait_until_ready().await;
-        let _ = self.eviction_requests.store.wait_until_ready().await;
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|synced| *synced).await;
     }
 }
 

@@ -96,10 +96,11 @@ fn issue(
 fn watchdog(pids: &[u32], dir: &Path) {
     let me = std::process::id();
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    // EVICTORD_TEST_KEEP=1 keeps the scratch directory (logs) for debugging.
+    let cleanup = if std::env::var_os("EVICTORD_TEST_KEEP").is_some() { String::new() } else { format!("rm -rf '{}'", dir.display()) };
     let script = format!(
-        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -TERM {p} 2>/dev/null; sleep 1; kill -KILL {p} 2>/dev/null; rm -rf '{d}'",
+        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -TERM {p} 2>/dev/null; sleep 1; kill -KILL {p} 2>/dev/null; {cleanup}",
         p = pids.join(" "),
-        d = dir.display()
     );
     Command::new("sh")
         .arg("-c")

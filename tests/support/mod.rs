@@ -5,6 +5,10 @@
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
+pub mod tools;
+pub mod wait;
 
+#[allow(unused_imports)]
 pub use control_plane::{TestCluster, cluster};
+#[allow(unused_imports)]
 pub use evictord::Evictord;

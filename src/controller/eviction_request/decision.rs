@@ -240,6 +240,22 @@ impl<'a> Draft<'a> {
             Some(c) => *c = condition,
             None => self.status.conditions.push(condition),
         }
+        // The interceptor active when the pod went away had its turn: it is recorded as
+        // processed (S2/S3 allow it with Evicted in the same update). The imperative
+        // interceptor is the controller itself, so it also records its own completion.
+        if type_ == crate::api::CONDITION_EVICTED {
+            for active in std::mem::take(&mut self.status.active_interceptors) {
+                if active == crate::api::IMPERATIVE_INTERCEPTOR
+                    && let Some(entry) = self.status.interceptors.iter_mut().find(|i| i.name == active)
+                    && entry.completion_time.is_none()
+                {
+                    entry.completion_time = Some(Time(self.now));
+                }
+                if !self.status.processed_interceptors.contains(&active) {
+                    self.status.processed_interceptors.push(active);
+                }
+            }
+        }
         self.status.active_interceptors.clear();
         self.event(type_, event, message);
     }

