@@ -235,6 +235,17 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("# TYPE evictord_admission_duration_seconds histogram"));
+        m.admission_duration
+            .get_or_create(&AdmissionLabels {
+                resource: "pods",
+                operation: "CREATE",
+                verdict: "allowed",
+            })
+            .observe(0.001);
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE evictord_admission_duration_seconds histogram"),
+            "{text}"
+        );
     }
 }

@@ -45,6 +45,13 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Opt
             }
         },
     };
+    // kube-rs retries 429/503/504 inside the client by default (up to 15 times, minutes apart).
+    // An Eviction API 429 is a PodDisruptionBudget verdict that the controller must see at once
+    // (it counts failures and backs off on its own schedule, which survives restarts), and every
+    // other caller here has its own retry: requeue with backoff, watcher backoff, or the
+    // webhook's failurePolicy.
+    let mut config = config;
+    config.default_retry = false;
     let client = Client::try_from(config).context("building the Kubernetes client")?;
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
         Ok(Ok(v)) => {

@@ -23,7 +23,12 @@ async fn setup(prefix: &str) -> (Client, String) {
     (c.client().await, c.namespace(prefix).await)
 }
 
-async fn request(client: &Client, ns: &str, pod: &Pod, requesters: &[&str]) -> Api<EvictionRequest> {
+async fn request(
+    client: &Client,
+    ns: &str,
+    pod: &Pod,
+    requesters: &[&str],
+) -> Api<EvictionRequest> {
     let uid = pod.metadata.uid.clone().unwrap();
     let name = pod.metadata.name.clone().unwrap();
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
@@ -33,7 +38,9 @@ async fn request(client: &Client, ns: &str, pod: &Pod, requesters: &[&str]) -> A
         "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": requesters.iter().map(|r| json!({"name": r})).collect::<Vec<_>>()}
     }))
     .unwrap();
-    api.create(&PostParams::default(), &er).await.expect("create EvictionRequest");
+    api.create(&PostParams::default(), &er)
+        .await
+        .expect("create EvictionRequest");
     api
 }
 
@@ -41,7 +48,11 @@ async fn status(api: &Api<EvictionRequest>, name: &str) -> EvictionRequestStatus
     api.get(name).await.expect("get").status.unwrap_or_default()
 }
 
-async fn wait_condition(api: &Api<EvictionRequest>, name: &str, type_: &str) -> EvictionRequestStatus {
+async fn wait_condition(
+    api: &Api<EvictionRequest>,
+    name: &str,
+    type_: &str,
+) -> EvictionRequestStatus {
     until(T, &format!("{type_}=True on {name}"), || async {
         let s = status(api, name).await;
         s.is_true(type_).then_some(s)
@@ -51,16 +62,28 @@ async fn wait_condition(api: &Api<EvictionRequest>, name: &str, type_: &str) -> 
 
 async fn pod_gone(client: &Client, ns: &str, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    until(T, &format!("pod {name} deleted"), || async { pods.get_opt(name).await.unwrap().is_none().then_some(()) }).await;
+    until(T, &format!("pod {name} deleted"), || async {
+        pods.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
 }
 
 /// Writes an interceptor's own status entry, as an interceptor would (read, modify, write with
 /// the resourceVersion; retried on conflicts with the controller).
-async fn interceptor_write(api: &Api<EvictionRequest>, name: &str, interceptor: &str, edit: impl Fn(&mut InterceptorStatus)) {
+async fn interceptor_write(
+    api: &Api<EvictionRequest>,
+    name: &str,
+    interceptor: &str,
+    edit: impl Fn(&mut InterceptorStatus),
+) {
     for _ in 0..20 {
         let mut obj = api.get(name).await.unwrap();
         let mut s = obj.status.clone().unwrap_or_default();
-        let entry = s.interceptors.iter_mut().find(|i| i.name == interceptor).expect("interceptor entry");
+        let entry = s
+            .interceptors
+            .iter_mut()
+            .find(|i| i.name == interceptor)
+            .expect("interceptor entry");
         edit(entry);
         obj.status = Some(s);
         obj.metadata.managed_fields = None;
@@ -84,15 +107,32 @@ async fn no_interceptors_ends_evicted_and_pod_gone() {
     let uid = p.metadata.uid.clone().unwrap();
     let api = request(&client, &ns, &p, &["test.example.com"]).await;
     let s = wait_condition(&api, &uid, "Evicted").await;
-    assert_eq!(s.target_interceptors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["imperative-eviction.k8s.io"]);
+    assert_eq!(
+        s.target_interceptors
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["imperative-eviction.k8s.io"]
+    );
     assert!(s.active_interceptors.is_empty());
     pod_gone(&client, &ns, "p").await;
     // Labels of the pod are copied to the request.
-    let p2 = pod("labelled").label("app", "db").create(&client, &ns).await;
+    let p2 = pod("labelled")
+        .label("app", "db")
+        .create(&client, &ns)
+        .await;
     let uid2 = p2.metadata.uid.clone().unwrap();
     let api = request(&client, &ns, &p2, &["test.example.com"]).await;
     until(T, "pod labels copied", || async {
-        api.get(&uid2).await.ok().and_then(|r| (r.metadata.labels.unwrap_or_default().get("app").map(String::as_str) == Some("db")).then_some(()))
+        api.get(&uid2).await.ok().and_then(|r| {
+            (r.metadata
+                .labels
+                .unwrap_or_default()
+                .get("app")
+                .map(String::as_str)
+                == Some("db"))
+            .then_some(())
+        })
     })
     .await;
 }
@@ -100,7 +140,10 @@ async fn no_interceptors_ends_evicted_and_pod_gone() {
 #[tokio::test]
 async fn interceptors_hand_off_on_completion_and_on_silence() {
     let (client, ns) = setup("er-handoff").await;
-    let p = pod("p").interceptors(&["first.example.com", "second.example.com"]).create(&client, &ns).await;
+    let p = pod("p")
+        .interceptors(&["first.example.com", "second.example.com"])
+        .create(&client, &ns)
+        .await;
     let uid = p.metadata.uid.clone().unwrap();
     let api = request(&client, &ns, &p, &["test.example.com"]).await;
 
@@ -116,17 +159,31 @@ async fn interceptors_hand_off_on_completion_and_on_silence() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    interceptor_write(&api, &uid, "first.example.com", |e| e.heartbeat_time = Some(now())).await;
-    interceptor_write(&api, &uid, "first.example.com", |e| e.completion_time = Some(now())).await;
-    until(T, "second interceptor active after the first completed", || async {
-        (status(&api, &uid).await.active_interceptors == ["second.example.com"]).then_some(())
+    interceptor_write(&api, &uid, "first.example.com", |e| {
+        e.heartbeat_time = Some(now())
     })
+    .await;
+    interceptor_write(&api, &uid, "first.example.com", |e| {
+        e.completion_time = Some(now())
+    })
+    .await;
+    until(
+        T,
+        "second interceptor active after the first completed",
+        || async {
+            (status(&api, &uid).await.active_interceptors == ["second.example.com"]).then_some(())
+        },
+    )
     .await;
     // The second stays silent: after the (6 s) deadline it is timed out, the controller evicts.
     let s = wait_condition(&api, &uid, "Evicted").await;
     assert_eq!(
         s.processed_interceptors,
-        ["first.example.com", "second.example.com", "imperative-eviction.k8s.io"],
+        [
+            "first.example.com",
+            "second.example.com",
+            "imperative-eviction.k8s.io"
+        ],
         "processed in order"
     );
     pod_gone(&client, &ns, "p").await;
@@ -135,7 +192,10 @@ async fn interceptors_hand_off_on_completion_and_on_silence() {
 #[tokio::test]
 async fn pod_disruption_budget_blocks_until_deleted() {
     let (client, ns) = setup("er-pdb").await;
-    let p = pod("guarded").label("app", "guarded").create(&client, &ns).await;
+    let p = pod("guarded")
+        .label("app", "guarded")
+        .create(&client, &ns)
+        .await;
     let uid = p.metadata.uid.clone().unwrap();
     let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
         "metadata": {"name": "guard"},
@@ -146,14 +206,28 @@ async fn pod_disruption_budget_blocks_until_deleted() {
     let pdbs: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kube::api::ApiResource { group: "policy".into(), version: "v1beta1".into(), api_version: "policy/v1beta1".into(), kind: "PodDisruptionBudget".into(), plural: "poddisruptionbudgets".into() },
+        &kube::api::ApiResource {
+            group: "policy".into(),
+            version: "v1beta1".into(),
+            api_version: "policy/v1beta1".into(),
+            kind: "PodDisruptionBudget".into(),
+            plural: "poddisruptionbudgets".into(),
+        },
     );
-    let mut obj: kube::api::DynamicObject = serde_json::from_value(serde_json::to_value(&pdb).unwrap()).unwrap();
-    obj.types = Some(kube::api::TypeMeta { api_version: "policy/v1beta1".into(), kind: "PodDisruptionBudget".into() });
-    pdbs.create(&PostParams::default(), &obj).await.expect("create PDB");
+    let mut obj: kube::api::DynamicObject =
+        serde_json::from_value(serde_json::to_value(&pdb).unwrap()).unwrap();
+    obj.types = Some(kube::api::TypeMeta {
+        api_version: "policy/v1beta1".into(),
+        kind: "PodDisruptionBudget".into(),
+    });
+    pdbs.create(&PostParams::default(), &obj)
+        .await
+        .expect("create PDB");
     // The disruption controller is not running: mark the budget as computed, allowing nothing.
     let pdb_status = json!({"status": {"observedGeneration": 1, "currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": 0, "expectedPods": 1}});
-    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&pdb_status)).await.expect("PDB status");
+    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&pdb_status))
+        .await
+        .expect("PDB status");
 
     let api = request(&client, &ns, &p, &["test.example.com"]).await;
     let s = until(T, "three failed evictions", || async {
@@ -162,11 +236,27 @@ async fn pod_disruption_budget_blocks_until_deleted() {
     })
     .await;
     let entry = s.interceptor("imperative-eviction.k8s.io").unwrap();
-    assert!(entry.message.as_deref().unwrap_or("").contains("Could not evict a pod due to failing eviction requests, number of retries:"), "{entry:?}");
-    assert!(Api::<Pod>::namespaced(client.clone(), &ns).get_opt("guarded").await.unwrap().is_some(), "no eviction while the PDB blocks");
+    assert!(
+        entry
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("Could not evict a pod due to failing eviction requests, number of retries:"),
+        "{entry:?}"
+    );
+    assert!(
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .get_opt("guarded")
+            .await
+            .unwrap()
+            .is_some(),
+        "no eviction while the PDB blocks"
+    );
     assert!(!s.is_true("Evicted"));
 
-    pdbs.delete("guard", &Default::default()).await.expect("delete PDB");
+    pdbs.delete("guard", &Default::default())
+        .await
+        .expect("delete PDB");
     wait_condition(&api, &uid, "Evicted").await;
     pod_gone(&client, &ns, "guarded").await;
 }
@@ -174,24 +264,60 @@ async fn pod_disruption_budget_blocks_until_deleted() {
 #[tokio::test]
 async fn cancellation_and_forbid() {
     let (client, ns) = setup("er-cancel").await;
-    let p = pod("p").interceptors(&["slow.example.com"]).create(&client, &ns).await;
+    let p = pod("p")
+        .interceptors(&["slow.example.com"])
+        .create(&client, &ns)
+        .await;
     let uid = p.metadata.uid.clone().unwrap();
     let api = request(&client, &ns, &p, &["test.example.com"]).await;
-    until(T, "interceptor active", || async { (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(()) }).await;
-    api.patch(&uid, &PatchParams::default(), &Patch::Merge(json!({"spec": {"requesters": []}}))).await.expect("remove requesters");
+    until(T, "interceptor active", || async {
+        (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(())
+    })
+    .await;
+    api.patch(
+        &uid,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"requesters": []}})),
+    )
+    .await
+    .expect("remove requesters");
     let s = wait_condition(&api, &uid, "Canceled").await;
     assert_eq!(s.condition("Canceled").unwrap().reason, "NoRequesters");
-    until(T, "active cleared", || async { status(&api, &uid).await.active_interceptors.is_empty().then_some(()) }).await;
+    until(T, "active cleared", || async {
+        status(&api, &uid)
+            .await
+            .active_interceptors
+            .is_empty()
+            .then_some(())
+    })
+    .await;
 
     // With Forbid (set by the interceptor), removing requesters is refused and the request goes on.
-    let p = pod("q").interceptors(&["slow.example.com"]).create(&client, &ns).await;
+    let p = pod("q")
+        .interceptors(&["slow.example.com"])
+        .create(&client, &ns)
+        .await;
     let uid = p.metadata.uid.clone().unwrap();
     let api = request(&client, &ns, &p, &["test.example.com"]).await;
-    until(T, "interceptor active", || async { (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(()) }).await;
-    api.patch_status(&uid, &PatchParams::default(), &Patch::Merge(json!({"status": {"evictionRequestCancellationPolicy": "Forbid"}})))
+    until(T, "interceptor active", || async {
+        (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(())
+    })
+    .await;
+    api.patch_status(
+        &uid,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"evictionRequestCancellationPolicy": "Forbid"}})),
+    )
+    .await
+    .expect("set Forbid");
+    let err = api
+        .patch(
+            &uid,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"requesters": []}})),
+        )
         .await
-        .expect("set Forbid");
-    let err = api.patch(&uid, &PatchParams::default(), &Patch::Merge(json!({"spec": {"requesters": []}}))).await.unwrap_err();
+        .unwrap_err();
     assert!(err.to_string().contains("rule U3"), "{err}");
     // The silent interceptor times out and the pod is evicted all the same.
     wait_condition(&api, &uid, "Evicted").await;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::Evictord;
 use support::evictord::{FAST, install_crds};
@@ -23,12 +23,21 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
     let client = c.client().await;
     let ns = c.namespace("restart").await;
 
-    let p = pod("guarded").label("app", "guarded").create(&client, &ns).await;
+    let p = pod("guarded")
+        .label("app", "guarded")
+        .create(&client, &ns)
+        .await;
     let uid = p.metadata.uid.clone().unwrap();
     let pdbs: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &ApiResource { group: "policy".into(), version: "v1beta1".into(), api_version: "policy/v1beta1".into(), kind: "PodDisruptionBudget".into(), plural: "poddisruptionbudgets".into() },
+        &ApiResource {
+            group: "policy".into(),
+            version: "v1beta1".into(),
+            api_version: "policy/v1beta1".into(),
+            kind: "PodDisruptionBudget".into(),
+            plural: "poddisruptionbudgets".into(),
+        },
     );
     let pdb: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
@@ -37,7 +46,9 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     let pdb_status = json!({"status": {"observedGeneration": 1, "currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": 0, "expectedPods": 1}});
-    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&pdb_status)).await.unwrap();
+    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&pdb_status))
+        .await
+        .unwrap();
 
     let mut first = Evictord::start(c, FAST).await;
     first.register_webhooks(c, "evictord").await;
@@ -49,36 +60,92 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
     .unwrap();
     api.create(&PostParams::default(), &er).await.unwrap();
     let counter = |r: &EvictionRequest| r.status.as_ref().map_or(0, |s| s.failed_evictions());
-    until(Duration::from_secs(60), "two failed evictions", || async { api.get(&uid).await.ok().filter(|r| counter(r) >= 2).map(|_| ()) }).await;
+    until(Duration::from_secs(60), "two failed evictions", || async {
+        api.get(&uid)
+            .await
+            .ok()
+            .filter(|r| counter(r) >= 2)
+            .map(|_| ())
+    })
+    .await;
 
     // Kill the controller mid-backoff and start another process.
     first.kill();
     let before = api.get(&uid).await.unwrap();
     let n = counter(&before);
-    let last = before.status.as_ref().unwrap().pod_eviction_status.as_ref().unwrap().last_failure_time.clone().unwrap();
+    let last = before
+        .status
+        .as_ref()
+        .unwrap()
+        .pod_eviction_status
+        .as_ref()
+        .unwrap()
+        .last_failure_time
+        .clone()
+        .unwrap();
     let second = Evictord::start(c, FAST).await;
     second.register_webhooks(c, "evictord").await;
 
-    let after = until(Duration::from_secs(60), "the counter to go on from where it was", || async {
-        api.get(&uid).await.ok().filter(|r| counter(r) > n)
-    })
+    let after = until(
+        Duration::from_secs(60),
+        "the counter to go on from where it was",
+        || async { api.get(&uid).await.ok().filter(|r| counter(r) > n) },
+    )
     .await;
     // The resumed retry respects the backoff of the recorded counter (1 s doubling, cap 4 s).
-    let next = after.status.as_ref().unwrap().pod_eviction_status.as_ref().unwrap().last_failure_time.clone().unwrap();
-    let expected = evictord::controller::eviction_request::backoff(n, Duration::from_secs(1), Duration::from_secs(4));
+    let next = after
+        .status
+        .as_ref()
+        .unwrap()
+        .pod_eviction_status
+        .as_ref()
+        .unwrap()
+        .last_failure_time
+        .clone()
+        .unwrap();
+    let expected = evictord::controller::eviction_request::backoff(
+        n,
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+    );
     assert!(
         next.0.as_second() - last.0.as_second() >= expected.as_secs() as i64 - 1,
         "retry at {next:?} came before the backoff {expected:?} after {last:?}"
     );
-    assert_eq!(counter(&after), n + 1, "the counter goes on, it does not restart at 0");
+    assert_eq!(
+        counter(&after),
+        n + 1,
+        "the counter goes on, it does not restart at 0"
+    );
 
     pdbs.delete("guard", &Default::default()).await.unwrap();
     until(Duration::from_secs(60), "Evicted", || async {
-        api.get(&uid).await.ok().filter(|r| r.status.as_ref().is_some_and(|s| s.is_true("Evicted"))).map(|_| ())
+        api.get(&uid)
+            .await
+            .ok()
+            .filter(|r| r.status.as_ref().is_some_and(|s| s.is_true("Evicted")))
+            .map(|_| ())
     })
     .await;
-    assert!(Api::<Pod>::namespaced(client.clone(), &ns).get_opt("guarded").await.unwrap().is_none());
+    assert!(
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .get_opt("guarded")
+            .await
+            .unwrap()
+            .is_none()
+    );
     let metrics = second.probe("/metrics").await.unwrap().1;
-    let successes: Vec<&str> = metrics.lines().filter(|l| l.starts_with("evictionrequest_controller_imperative_evictions_total{result=\"success\"}")).collect();
-    assert_eq!(successes, ["evictionrequest_controller_imperative_evictions_total{result=\"success\"} 1"], "exactly one eviction:\n{metrics}");
+    let successes: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                "evictionrequest_controller_imperative_evictions_total{result=\"success\"}",
+            )
+        })
+        .collect();
+    assert_eq!(
+        successes,
+        ["evictionrequest_controller_imperative_evictions_total{result=\"success\"} 1"],
+        "exactly one eviction:\n{metrics}"
+    );
 }

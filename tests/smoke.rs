@@ -106,6 +106,9 @@ async fn dev_cluster() {
     let c = support::cluster().await;
     install_crds(c).await;
     println!("KUBECONFIG={}", c.kubeconfig.display());
-    let secs = std::env::var("EVICTORD_DEV_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
+    let secs = std::env::var("EVICTORD_DEV_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
     tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
 }

@@ -210,6 +210,37 @@ impl EvictionRequestStatus {
     }
 }
 
+impl EvictionRequest {
+    /// The moment an interceptor's heartbeat expires (SPEC 2.2): `spec.heartbeatDeadlineSeconds`
+    /// (else `default_deadline`) after the latest of its `heartbeatTime`, its `activationTime`
+    /// and the request's `creationTimestamp`. `entry` is passed separately so that a status
+    /// being drafted can be read. `None` only when none of the three times is known (never for
+    /// a stored object); overflow saturates to [`jiff::Timestamp::MAX`].
+    ///
+    /// The one definition shared by admission rule S2 and the eviction request controller, so
+    /// that the controller never writes a hand-off the webhook refuses.
+    pub fn heartbeat_deadline_at(
+        &self,
+        entry: &InterceptorStatus,
+        default_deadline: std::time::Duration,
+    ) -> Option<jiff::Timestamp> {
+        let anchor = [
+            entry.heartbeat_time.as_ref(),
+            entry.activation_time.as_ref(),
+            self.metadata.creation_timestamp.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|t| t.0)
+        .max()?;
+        Some(
+            anchor
+                .saturating_add(self.spec.heartbeat_deadline(default_deadline))
+                .unwrap_or(jiff::Timestamp::MAX),
+        )
+    }
+}
+
 impl EvictionRequestSpec {
     /// The heartbeat deadline in seconds, or `default` when unset.
     pub fn heartbeat_deadline(&self, default: std::time::Duration) -> std::time::Duration {

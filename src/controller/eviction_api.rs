@@ -12,6 +12,9 @@ use tokio::sync::OnceCell;
 
 use super::eviction_request::EvictionOutcome;
 
+/// Longest wait for one Eviction API call (it may run admission webhooks of its own).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Which Eviction API version the server serves, discovered once.
 #[derive(Default)]
 pub struct EvictionApi {
@@ -61,10 +64,18 @@ impl EvictionApi {
             Ok(r) => r,
             Err(e) => return failed(0, format!("building the eviction request: {e}"), None),
         };
-        let response = match client.send(request.map(Into::into)).await {
-            Ok(r) => r,
-            Err(e) => return failed(0, format!("calling the Eviction API: {e}"), None),
-        };
+        let response =
+            match tokio::time::timeout(CALL_TIMEOUT, client.send(request.map(Into::into))).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => return failed(0, format!("calling the Eviction API: {e}"), None),
+                Err(_) => {
+                    return failed(
+                        0,
+                        format!("the Eviction API did not answer within {CALL_TIMEOUT:?}"),
+                        None,
+                    );
+                }
+            };
         let status = response.status();
         let retry_after = response
             .headers()

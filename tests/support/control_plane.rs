@@ -97,7 +97,11 @@ fn watchdog(pids: &[u32], dir: &Path) {
     let me = std::process::id();
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     // EVICTORD_TEST_KEEP=1 keeps the scratch directory (logs) for debugging.
-    let cleanup = if std::env::var_os("EVICTORD_TEST_KEEP").is_some() { String::new() } else { format!("rm -rf '{}'", dir.display()) };
+    let cleanup = if std::env::var_os("EVICTORD_TEST_KEEP").is_some() {
+        String::new()
+    } else {
+        format!("rm -rf '{}'", dir.display())
+    };
     let script = format!(
         "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -TERM {p} 2>/dev/null; sleep 1; kill -KILL {p} 2>/dev/null; {cleanup}",
         p = pids.join(" "),
@@ -238,17 +242,14 @@ async fn start() -> TestCluster {
     };
     let client = cluster.client().await;
     for _ in 0..240 {
-        if let Ok(body) = client
+        let ready = client
             .request_text(http::Request::get("/readyz").body(vec![]).expect("request"))
             .await
-        {
-            if body.trim() == "ok" {
-                // The default namespace is created by the apiserver itself shortly after start.
-                let ns: Api<Namespace> = Api::all(client.clone());
-                if ns.get_opt("default").await.ok().flatten().is_some() {
-                    return cluster;
-                }
-            }
+            .is_ok_and(|body| body.trim() == "ok");
+        // The default namespace is created by the apiserver itself shortly after start.
+        let ns: Api<Namespace> = Api::all(client.clone());
+        if ready && ns.get_opt("default").await.ok().flatten().is_some() {
+            return cluster;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -108,7 +108,10 @@ impl Evictord {
             .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
             .arg(format!("--cert-dir={}", cert_dir.display()))
             .args(args)
-            .env("RUST_LOG", std::env::var("EVICTORD_TEST_LOG").unwrap_or_else(|_| "info,evictord=debug".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("EVICTORD_TEST_LOG").unwrap_or_else(|_| "info,evictord=debug".into()),
+            )
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).expect("log"))
             .stderr(

@@ -9,21 +9,43 @@ fn tools_dir() -> PathBuf {
         return PathBuf::from(d);
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/helm-kubectl.sh");
-    let out = Command::new("bash").arg(script).output().expect("running tests/tools/helm-kubectl.sh");
-    assert!(out.status.success(), "tests/tools/helm-kubectl.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("running tests/tools/helm-kubectl.sh");
+    assert!(
+        out.status.success(),
+        "tests/tools/helm-kubectl.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// Runs a tool with optional standard input.
-pub fn run(tool: &str, args: &[&str], kubeconfig: Option<&std::path::Path>, stdin: Option<&str>) -> Output {
+pub fn run(
+    tool: &str,
+    args: &[&str],
+    kubeconfig: Option<&std::path::Path>,
+    stdin: Option<&str>,
+) -> Output {
     let mut cmd = Command::new(tools_dir().join(tool));
-    cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(k) = kubeconfig {
         cmd.env("KUBECONFIG", k);
     }
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {tool}: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {tool}: {e}"));
     if let Some(input) = stdin {
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("writing stdin");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("writing stdin");
     }
     drop(child.stdin.take());
     child.wait_with_output().expect("waiting for tool")

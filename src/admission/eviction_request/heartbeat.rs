@@ -21,18 +21,8 @@ pub fn heartbeat_deadline_at(
     interceptor: &InterceptorStatus,
     default_deadline: Duration,
 ) -> Timestamp {
-    let anchor = [
-        interceptor.heartbeat_time.as_ref(),
-        interceptor.activation_time.as_ref(),
-        request.metadata.creation_timestamp.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|t| t.0)
-    .max();
-    let deadline = request.spec.heartbeat_deadline(default_deadline);
-    anchor
-        .and_then(|a| a.checked_add(deadline).ok())
+    request
+        .heartbeat_deadline_at(interceptor, default_deadline)
         .unwrap_or(Timestamp::MAX)
 }
 

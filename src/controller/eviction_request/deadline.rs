@@ -8,31 +8,15 @@ use jiff::Timestamp;
 
 use crate::api::{EvictionRequest, InterceptorStatus};
 
-/// The moment the interceptor's heartbeat expires: `spec.heartbeatDeadlineSeconds` (else
-/// `default_deadline`) after the latest of its `heartbeatTime`, its `activationTime` and the
-/// request's `creationTimestamp` (SPEC 2.2). The heartbeat has expired when `now` is at or past
-/// it.
-///
-/// `entry` is passed separately from `request` so that the deadline can be read off a status
-/// being drafted. `None` only when none of the three times is known (never for a stored object).
+/// The moment the interceptor's heartbeat expires (see
+/// [`EvictionRequest::heartbeat_deadline_at`], the one definition admission shares). The
+/// heartbeat has expired when `now` is at or past it.
 pub fn heartbeat_deadline_at(
     request: &EvictionRequest,
     entry: &InterceptorStatus,
     default_deadline: Duration,
 ) -> Option<Timestamp> {
-    let anchor = [
-        entry.heartbeat_time.as_ref(),
-        entry.activation_time.as_ref(),
-        request.metadata.creation_timestamp.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|t| t.0)
-    .max()?;
-    Some(add(
-        anchor,
-        request.spec.heartbeat_deadline(default_deadline),
-    ))
+    request.heartbeat_deadline_at(entry, default_deadline)
 }
 
 /// When the controller, as the imperative interceptor, should heartbeat again after a heartbeat

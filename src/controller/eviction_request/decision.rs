@@ -246,7 +246,11 @@ impl<'a> Draft<'a> {
         if type_ == crate::api::CONDITION_EVICTED {
             for active in std::mem::take(&mut self.status.active_interceptors) {
                 if active == crate::api::IMPERATIVE_INTERCEPTOR
-                    && let Some(entry) = self.status.interceptors.iter_mut().find(|i| i.name == active)
+                    && let Some(entry) = self
+                        .status
+                        .interceptors
+                        .iter_mut()
+                        .find(|i| i.name == active)
                     && entry.completion_time.is_none()
                 {
                     entry.completion_time = Some(Time(self.now));

@@ -307,8 +307,12 @@ fn full_walk_two_interceptors_then_imperative_eviction() {
     );
     assert_eq!(
         w.status().processed_interceptors,
-        ["a.example.com", "b.example.com"],
-        "the imperative interceptor is never processed: it stayed active until the end"
+        [
+            "a.example.com",
+            "b.example.com",
+            "imperative-eviction.k8s.io"
+        ],
+        "the imperative interceptor had its turn: it is recorded as processed with Evicted"
     );
 }
 
