@@ -6,6 +6,7 @@
 pub mod eviction_api;
 pub mod eviction_request;
 mod leader;
+pub mod node_maintenance;
 
 use std::sync::Arc;
 
@@ -66,6 +67,18 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         });
         info!("starting the eviction request controller");
         tasks.push(tokio::spawn(eviction_request::reconciler::run(
+            ctx,
+            term.clone(),
+        )));
+    }
+    if args.controller_enabled("nodemaintenance") {
+        let ctx = Arc::new(node_maintenance::reconciler::Context {
+            client: client.clone(),
+            caches: caches.clone(),
+            recorder: Recorder::new(client.clone(), reporter()),
+        });
+        info!("starting the node maintenance controller");
+        tasks.push(tokio::spawn(node_maintenance::reconciler::run(
             ctx,
             term.clone(),
         )));

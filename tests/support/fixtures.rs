@@ -99,3 +99,100 @@ impl PodBuilder {
         .map_or(created, |p| p)
     }
 }
+
+/// A Node under construction (a fake node: nothing runs on it, pods are bound by `nodeName`).
+#[derive(Clone, Debug)]
+pub struct NodeBuilder {
+    name: String,
+    labels: BTreeMap<String, String>,
+    unschedulable: bool,
+}
+
+/// A node named `name`. Nodes are cluster-scoped: give each test its own names.
+pub fn node(name: &str) -> NodeBuilder {
+    NodeBuilder {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        unschedulable: false,
+    }
+}
+
+impl NodeBuilder {
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
+    /// Cordoned before any maintenance.
+    pub fn unschedulable(mut self) -> Self {
+        self.unschedulable = true;
+        self
+    }
+
+    pub fn build(&self) -> k8s_openapi::api::core::v1::Node {
+        let mut v = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "labels": self.labels},
+        });
+        if self.unschedulable {
+            v["spec"] = json!({"unschedulable": true});
+        }
+        serde_json::from_value(v).expect("node")
+    }
+
+    pub async fn create(&self, client: &Client) -> k8s_openapi::api::core::v1::Node {
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        api.create(&PostParams::default(), &self.build())
+            .await
+            .unwrap_or_else(|e| panic!("creating node {}: {e}", self.name))
+    }
+}
+
+/// Creates a PriorityClass (scheduling.k8s.io/v1) of that value, if it does not exist yet.
+pub async fn priority_class(client: &Client, name: &str, value: i32) {
+    let api: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+    let pc = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name}, "value": value,
+    }))
+    .expect("priority class");
+    match api.create(&PostParams::default(), &pc).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating priority class {name}: {e}"),
+    }
+}
+
+/// The policy/v1beta1 PodDisruptionBudget API (the version kube-apiserver v1.20 serves).
+pub fn pdb_api(client: &Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource {
+        group: "policy".into(),
+        version: "v1beta1".into(),
+        api_version: "policy/v1beta1".into(),
+        kind: "PodDisruptionBudget".into(),
+        plural: "poddisruptionbudgets".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Creates a PodDisruptionBudget that allows no disruption of the pods labelled `key=value`
+/// (`minAvailable` = `pods`; with no disruption controller its status never allows one anyway).
+/// Only pods whose status says Running are protected.
+pub async fn blocking_pdb(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+    value: &str,
+    pods: i32,
+) {
+    let pdb = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"minAvailable": pods, "selector": {"matchLabels": {key: value}}},
+    }))
+    .expect("pdb");
+    pdb_api(client, ns)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap_or_else(|e| panic!("creating PodDisruptionBudget {name}: {e}"));
+}

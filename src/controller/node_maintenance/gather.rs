@@ -1,0 +1,223 @@
+//! Pure gathering of what the decisions read, from snapshots of the shared caches: which nodes
+//! a maintenance selects, which maintenances hold a node, and the whole-cluster input of
+//! [`plan_drain`](crate::drain::plan_drain).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::api::{NodeMaintenance, Stage};
+use crate::cluster::CachedPod;
+use crate::drain::{DrainInput, DrainPod, MaintenanceInput};
+use crate::selector::node_selector_matches;
+
+use super::stages::is_deleting;
+
+/// True when the maintenance selects the node.
+pub fn selects(nm: &NodeMaintenance, node: &Node) -> bool {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    node_selector_matches(&nm.spec.node_selector, name, &labels)
+}
+
+/// The names of the nodes the maintenance selects: those its status already lists first, in
+/// that order (so that statuses do not reshuffle), then the others by name.
+pub fn selected_nodes(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> Vec<String> {
+    let mut matched: BTreeSet<String> = nodes
+        .iter()
+        .filter(|n| selects(nm, n))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let mut ordered = Vec::with_capacity(matched.len());
+    for s in nm.status.iter().flat_map(|s| &s.node_statuses) {
+        if matched.remove(&s.node_ref.name) {
+            ordered.push(s.node_ref.name.clone());
+        }
+    }
+    ordered.extend(matched);
+    ordered
+}
+
+/// In stage Drain and not being deleted: takes part in the drain-target resolution.
+pub fn is_draining(nm: &NodeMaintenance) -> bool {
+    nm.spec.stage() == Stage::Drain && !is_deleting(nm)
+}
+
+/// In stage Cordon or Drain and not being deleted: keeps its nodes cordoned.
+pub fn holds_nodes(nm: &NodeMaintenance) -> bool {
+    matches!(nm.spec.stage(), Stage::Cordon | Stage::Drain) && !is_deleting(nm)
+}
+
+/// The input of `plan_drain` for every draining maintenance among `maintenances`, with the
+/// pods of the nodes they select. `has_request(namespace, uid)` says whether a pod already has
+/// an EvictionRequest.
+pub fn drain_input(
+    maintenances: &[Arc<NodeMaintenance>],
+    nodes: &[Arc<Node>],
+    pods: &[Arc<CachedPod>],
+    has_request: impl Fn(&str, &str) -> bool,
+) -> DrainInput {
+    let mut draining: Vec<&Arc<NodeMaintenance>> =
+        maintenances.iter().filter(|m| is_draining(m)).collect();
+    // A stable order: the algorithm sorts by age itself, but output order follows the input.
+    draining.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let inputs: Vec<MaintenanceInput> = draining
+        .iter()
+        .map(|nm| {
+            let status = nm.status.clone().unwrap_or_default();
+            MaintenanceInput {
+                name: nm.metadata.name.clone().unwrap_or_default(),
+                created: nm
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+                plan: nm.spec.drain_plan.clone(),
+                drain_plan_position: status.drain_plan_position,
+                node_statuses: status.node_statuses,
+                nodes: selected_nodes(nm, nodes),
+            }
+        })
+        .collect();
+    let wanted: BTreeSet<&str> = inputs
+        .iter()
+        .flat_map(|m| m.nodes.iter().map(String::as_str))
+        .collect();
+    let mut by_node: BTreeMap<String, Vec<DrainPod>> = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod.spec.node_name.as_deref() else {
+            continue;
+        };
+        if wanted.contains(node) {
+            let drain_pod = DrainPod::from_cached(pod, has_request(pod.namespace(), pod.uid()));
+            by_node.entry(node.to_string()).or_default().push(drain_pod);
+        }
+    }
+    // Pods in a stable order, so that messages naming pods do not flap.
+    for list in by_node.values_mut() {
+        list.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    }
+    DrainInput {
+        maintenances: inputs,
+        pods: by_node,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        NodeMaintenanceNodeStatus, NodeMaintenanceSpec, NodeMaintenanceStatus, NodeReference,
+    };
+    use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn node(name: &str, pool: &str) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some([("pool".to_string(), pool.to_string())].into());
+        Arc::new(n)
+    }
+
+    fn maintenance(
+        name: &str,
+        stage: Stage,
+        pool: &str,
+        recorded: &[&str],
+    ) -> Arc<NodeMaintenance> {
+        let selector = NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: "pool".into(),
+                    operator: "In".into(),
+                    values: Some(vec![pool.into()]),
+                }]),
+                match_fields: None,
+            }],
+        };
+        let mut nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_selector: selector,
+                stage: Some(stage),
+                ..Default::default()
+            },
+        );
+        nm.metadata.creation_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        nm.status = Some(NodeMaintenanceStatus {
+            node_statuses: recorded
+                .iter()
+                .map(|n| NodeMaintenanceNodeStatus {
+                    node_ref: NodeReference {
+                        name: n.to_string(),
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        Arc::new(nm)
+    }
+
+    fn pod(name: &str, node: &str) -> Arc<CachedPod> {
+        let mut p = CachedPod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.spec.node_name = Some(node.into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn recorded_nodes_keep_their_order_then_new_ones_by_name() {
+        let nodes = [
+            node("c", "a"),
+            node("a", "a"),
+            node("b", "a"),
+            node("x", "other"),
+        ];
+        let nm = maintenance("m", Stage::Drain, "a", &["c", "gone"]);
+        assert_eq!(selected_nodes(&nm, &nodes), vec!["c", "a", "b"]);
+    }
+
+    #[test]
+    fn stage_predicates() {
+        let rows = [
+            (Stage::Idle, false, false, false),
+            (Stage::Cordon, false, false, true),
+            (Stage::Drain, false, true, true),
+            (Stage::Drain, true, false, false),
+            (Stage::Complete, false, false, false),
+        ];
+        for (stage, deleting, draining, holding) in rows {
+            let mut nm = (*maintenance("m", stage, "a", &[])).clone();
+            if deleting {
+                nm.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+            }
+            assert_eq!(is_draining(&nm), draining, "{stage} deleting={deleting}");
+            assert_eq!(holds_nodes(&nm), holding, "{stage} deleting={deleting}");
+        }
+    }
+
+    #[test]
+    fn drain_input_takes_draining_maintenances_and_the_pods_of_their_nodes() {
+        let nodes = [node("one", "a"), node("two", "b")];
+        let ms = [
+            maintenance("m2", Stage::Drain, "a", &[]),
+            maintenance("m1", Stage::Cordon, "b", &[]),
+        ];
+        let pods = [pod("p2", "one"), pod("p1", "one"), pod("q", "two")];
+        let input = drain_input(&ms, &nodes, &pods, |_, uid| uid == "uid-p1");
+        assert_eq!(input.maintenances.len(), 1);
+        assert_eq!(input.maintenances[0].name, "m2");
+        assert_eq!(input.maintenances[0].nodes, vec!["one"]);
+        let on_one: Vec<(&str, bool)> = input.pods["one"]
+            .iter()
+            .map(|p| (p.name.as_str(), p.has_request))
+            .collect();
+        assert_eq!(on_one, vec![("p1", true), ("p2", false)]);
+        assert!(!input.pods.contains_key("two"));
+    }
+}

@@ -1,0 +1,20 @@
+//! The node maintenance controller (SPEC 3.3): stages, finalizer, cordon with restore, the drain
+//! through EvictionRequests, per-node status and the `Drained` condition, and the Complete work.
+//!
+//! Pure decisions, table-tested beside their code:
+//! - [`stages`]: what a maintenance's stage and deletion call for, `stageStatuses`, `Drained`;
+//! - [`cordon`]: cordoning a node (remembering its previous flag) and restoring it;
+//! - [`requests`]: which EvictionRequests to create or join while draining, and which to withdraw
+//!   from or delete in Complete;
+//! - [`gather`]: the selected nodes and the whole-cluster input of
+//!   [`plan_drain`](crate::drain::plan_drain) (drain targets, SPEC 3.4), from cache snapshots.
+//!
+//! The shell: [`reconciler`] (the kube-runtime controller, events, metrics) and [`writes`] (one
+//! function per API write).
+
+pub mod cordon;
+pub mod gather;
+pub mod reconciler;
+pub mod requests;
+pub mod stages;
+pub mod writes;

@@ -1,0 +1,541 @@
+//! The I/O shell of the node maintenance controller: a kube-runtime `Controller` on
+//! NodeMaintenances, also triggered by Node, Pod and EvictionRequest changes (mapped to the
+//! maintenances selecting the node concerned), which gathers its input from the shared caches,
+//! asks the pure decisions ([`stages`](super::stages), [`cordon`](super::cordon),
+//! [`plan_drain`], [`requests`](super::requests)) and applies them through
+//! [`writes`](super::writes), then records events and metrics.
+//!
+//! Drain targets couple intersecting maintenances, so every reconciliation of a maintenance in
+//! Drain resolves all maintenances in Drain at once and writes the status of the one being
+//! reconciled; a change of any maintenance re-triggers every maintenance in Drain, so the others
+//! follow. Statuses are a fixed point of the resolution, so this settles.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::{Action as Requeue, Config, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::cordon::{cordon, restore};
+use super::gather::{drain_input, holds_nodes, is_draining, selected_nodes, selects};
+use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
+use super::stages::{
+    Lifecycle, drain_started, finalizers_without_ours, lifecycle, stage_statuses_with,
+    with_drained_condition,
+};
+use super::writes::{self, Error};
+use crate::api::{
+    CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, Stage,
+};
+use crate::cluster::{CachedPod, Caches};
+use crate::drain::{DrainEvent, DrainOutput, plan_drain};
+use crate::metrics::{ControllerLabel, StageLabel, metrics};
+
+const CONTROLLER: &str = "nodemaintenance";
+/// EvictionRequest writes in flight at once.
+const REQUEST_WRITES: usize = 16;
+/// A safety net: maintenances with work in flight are looked at again at least this often,
+/// even if no watched change arrives.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// What the reconciler needs.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Shared caches.
+    pub caches: Arc<Caches>,
+    /// Event recorder.
+    pub recorder: Recorder,
+}
+
+fn controller_label() -> ControllerLabel {
+    ControllerLabel {
+        controller: CONTROLLER,
+    }
+}
+
+fn reference(nm: &NodeMaintenance) -> ObjectRef<NodeMaintenance> {
+    ObjectRef::from_obj(nm)
+}
+
+/// The non-Idle maintenances selecting the node of that name.
+fn selecting(caches: &Caches, node: &str) -> Vec<ObjectRef<NodeMaintenance>> {
+    let Some(node) = caches.nodes.get(None, node) else {
+        return Vec::new();
+    };
+    caches
+        .node_maintenances
+        .all()
+        .iter()
+        .filter(|m| m.spec.stage() != Stage::Idle && selects(m, &node))
+        .map(|m| reference(m))
+        .collect()
+}
+
+/// The maintenances an EvictionRequest change concerns: those selecting its pod's node, or the
+/// node it was created for when the pod is gone.
+fn for_request(caches: &Caches, r: &EvictionRequest) -> Vec<ObjectRef<NodeMaintenance>> {
+    let pod = caches
+        .pods
+        .get(r.namespace().as_deref(), &r.spec.target.pod.name)
+        .filter(|p| p.uid() == r.spec.target.pod.uid);
+    match pod.as_ref().and_then(|p| p.spec.node_name.as_deref()) {
+        Some(node) => selecting(caches, node),
+        None => requested_for_node(r).map_or_else(Vec::new, |n| selecting(caches, n)),
+    }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let caches = ctx.caches.clone();
+    caches.wait_synced().await;
+    let store = caches.node_maintenances.store().clone();
+    let (c1, c2, c3, c4) = (
+        caches.clone(),
+        caches.clone(),
+        caches.clone(),
+        caches.clone(),
+    );
+    Controller::for_shared_stream(caches.node_maintenances.changes(), store)
+        // Changes arrive in bursts (a drain moves many pods at once): batch them.
+        .with_config(Config::default().debounce(Duration::from_millis(100)))
+        // Intersecting maintenances limit each other: any change may move the others.
+        .watches_shared_stream(caches.node_maintenances.changes(), move |_| {
+            c1.node_maintenances
+                .all()
+                .iter()
+                .filter(|m| is_draining(m))
+                .map(|m| reference(m))
+                .collect::<Vec<_>>()
+        })
+        .watches_shared_stream(caches.nodes.changes(), move |node: Arc<Node>| {
+            selecting(&c2, &node.name_any())
+        })
+        .watches_shared_stream(caches.pods.changes(), move |pod: Arc<CachedPod>| {
+            pod.spec
+                .node_name
+                .as_deref()
+                .map_or_else(Vec::new, |n| selecting(&c3, n))
+        })
+        .watches_shared_stream(
+            caches.eviction_requests.changes(),
+            move |r: Arc<EvictionRequest>| for_request(&c4, &r),
+        )
+        .reconcile_all_on(futures::stream::once(async {}))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "reconcile did not complete");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_nm: Arc<NodeMaintenance>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    metrics()
+        .reconcile_retries
+        .get_or_create(&controller_label())
+        .inc();
+    if error.is_conflict() {
+        debug!(%error, "concurrent write; reconciling again");
+        Requeue::requeue(Duration::from_millis(200))
+    } else {
+        warn!(%error, "reconcile failed; retrying");
+        Requeue::requeue(Duration::from_secs(2))
+    }
+}
+
+async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = std::time::Instant::now();
+    let span = info_span!("reconcile", controller = CONTROLLER, maintenance = %nm.name_any());
+    let result = reconcile_inner(nm, &ctx).instrument(span).await;
+    metrics()
+        .reconcile_duration
+        .get_or_create(&controller_label())
+        .observe(started.elapsed().as_secs_f64());
+    refresh_gauges(&ctx.caches);
+    result
+}
+
+/// An event to record on the maintenance once its writes succeeded.
+struct Note {
+    reason: &'static str,
+    message: String,
+    warning: bool,
+}
+
+impl Note {
+    fn normal(reason: &'static str, message: String) -> Self {
+        Note {
+            reason,
+            message,
+            warning: false,
+        }
+    }
+}
+
+async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requeue, Error> {
+    // The latest cached copy: the trigger may be older than the store.
+    let nm = ctx
+        .caches
+        .node_maintenances
+        .get(None, &nm.name_any())
+        .unwrap_or(nm);
+    let (stage, add_finalizer, remove_finalizer) = match lifecycle(&nm) {
+        Lifecycle::Nothing => return Ok(Requeue::await_change()),
+        Lifecycle::MoveToComplete => {
+            writes::move_to_complete(&ctx.client, &nm).await?;
+            return Ok(Requeue::await_change());
+        }
+        Lifecycle::Run {
+            stage,
+            add_finalizer,
+            remove_finalizer_when_done,
+        } => (stage, add_finalizer, remove_finalizer_when_done),
+    };
+    let mut current = (*nm).clone();
+    if add_finalizer {
+        let mut finalizers = current.finalizers().to_vec();
+        finalizers.push(MAINTENANCE_FINALIZER.to_string());
+        current = writes::set_finalizers(&ctx.client, &current, finalizers).await?;
+    }
+    let now = Time(Timestamp::now());
+    let old_status = current.status.clone().unwrap_or_default();
+    let mut status = old_status.clone();
+    let mut notes = Vec::new();
+    if let Some(stages) = stage_statuses_with(&status.stage_statuses, stage, now.clone()) {
+        status.stage_statuses = stages;
+        notes.push(Note::normal(
+            "StageStarted",
+            format!("Stage {stage} started"),
+        ));
+    }
+
+    let nodes = ctx.caches.nodes.all();
+    let selected = selected_nodes(&current, &nodes);
+    let mut first_error: Option<Error> = None;
+    let mut done = true;
+    match stage {
+        Stage::Idle => {}
+        Stage::Cordon | Stage::Drain => {
+            keep(
+                &mut first_error,
+                cordon_nodes(ctx, &current, &selected, &nodes).await,
+            );
+        }
+        Stage::Complete => {
+            keep(
+                &mut first_error,
+                restore_nodes(ctx, &current, &selected, &nodes).await,
+            );
+            match complete_requests(ctx, &selected, &nodes).await {
+                Ok(finished) => done = finished,
+                Err(e) => {
+                    done = false;
+                    keep(&mut first_error, Err(e));
+                }
+            }
+        }
+    }
+    if stage == Stage::Drain {
+        let name = current.name_any();
+        let (output, pods) = resolve_drain(ctx, &nodes);
+        if let Some(mine) = output.maintenances.iter().find(|o| o.name == name) {
+            keep(&mut first_error, request_pods(ctx, mine, &pods).await);
+            status.drain_plan_position = Some(mine.drain_plan_position);
+            status.node_statuses = mine.node_statuses.clone();
+            status.conditions = with_drained_condition(
+                &status.conditions,
+                mine.drained,
+                current.metadata.generation,
+                now.clone(),
+            );
+            notes.extend(mine.events.iter().map(drain_note));
+            if mine.drained && !old_status.is_true(CONDITION_DRAINED) {
+                if let Some(start) = drain_started(&status.stage_statuses) {
+                    let secs = now.0.duration_since(start.0).as_secs_f64();
+                    metrics().drain_duration.observe(secs.max(0.0));
+                }
+                notes.push(Note::normal(
+                    "Drained",
+                    "Every targeted pod is gone from the selected nodes".to_string(),
+                ));
+            }
+        }
+    }
+    if status != old_status {
+        current = writes::write_status(&ctx.client, &current, &status).await?;
+    }
+    publish(ctx, &current, &notes).await;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if remove_finalizer && done {
+        writes::set_finalizers(&ctx.client, &current, finalizers_without_ours(&current)).await?;
+        return Ok(Requeue::await_change());
+    }
+    Ok(match stage {
+        Stage::Drain => Requeue::requeue(RESYNC),
+        Stage::Complete if !done => Requeue::requeue(RESYNC),
+        _ => Requeue::await_change(),
+    })
+}
+
+/// Keeps the first error, so that one failed write does not stop the others.
+fn keep(first: &mut Option<Error>, result: Result<(), Error>) {
+    if let Err(e) = result {
+        warn!(error = %e, "write failed");
+        first.get_or_insert(e);
+    }
+}
+
+/// Resolves every maintenance in Drain over the caches.
+fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<CachedPod>>) {
+    let maintenances = ctx.caches.node_maintenances.all();
+    let pods = ctx.caches.pods.all();
+    let requests = &ctx.caches.eviction_requests;
+    let input = drain_input(&maintenances, nodes, &pods, |ns, uid| {
+        requests.get(Some(ns), uid).is_some()
+    });
+    (plan_drain(&input), pods)
+}
+
+fn drain_note(e: &DrainEvent) -> Note {
+    let reason = match e {
+        DrainEvent::FastForwarded { .. } => "FastForwarded",
+        other => other.reason(),
+    };
+    Note::normal(reason, e.message())
+}
+
+/// Cordon and Drain: keeps every selected node cordoned.
+async fn cordon_nodes(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    selected: &[String],
+    nodes: &[Arc<Node>],
+) -> Result<(), Error> {
+    let mut first = None;
+    for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
+        if let Some(change) = cordon(node) {
+            let result = writes::patch_node(&ctx.client, node, &change).await;
+            if let (Ok(()), Some(event)) = (&result, change.event) {
+                let note = Note {
+                    reason: event.reason(),
+                    message: event.message(&node.name_any()),
+                    warning: event == super::cordon::NodeEvent::Recordoned,
+                };
+                publish(ctx, nm, &[note]).await;
+            }
+            keep(&mut first, result);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Complete: restores `unschedulable` on selected nodes no other Cordon/Drain maintenance holds.
+async fn restore_nodes(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    selected: &[String],
+    nodes: &[Arc<Node>],
+) -> Result<(), Error> {
+    let others: Vec<Arc<NodeMaintenance>> = ctx
+        .caches
+        .node_maintenances
+        .all()
+        .into_iter()
+        .filter(|m| m.metadata.name != nm.metadata.name && holds_nodes(m))
+        .collect();
+    let mut first = None;
+    for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
+        let held = others.iter().any(|m| selects(m, node));
+        if let Some(change) = restore(node, held) {
+            let result = writes::patch_node(&ctx.client, node, &change).await;
+            if let (Ok(()), Some(event)) = (&result, change.event) {
+                let note = Note::normal(event.reason(), event.message(&node.name_any()));
+                publish(ctx, nm, &[note]).await;
+            }
+            keep(&mut first, result);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Drain: creates or joins a request for every pod the maintenance targets.
+async fn request_pods(
+    ctx: &Context,
+    mine: &crate::drain::MaintenanceOutput,
+    pods: &[Arc<CachedPod>],
+) -> Result<(), Error> {
+    let node_of: BTreeMap<&str, &str> = pods
+        .iter()
+        .filter_map(|p| Some((p.uid(), p.spec.node_name.as_deref()?)))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let actions: Vec<RequestAction> = mine
+        .pods_to_request
+        .iter()
+        .filter(|p| seen.insert(p.uid.as_str()))
+        .filter_map(|p| {
+            let node = node_of.get(p.uid.as_str()).copied().unwrap_or_default();
+            let existing = ctx.caches.eviction_requests.get(Some(&p.namespace), &p.uid);
+            drain_action(p, node, existing.as_deref())
+        })
+        .collect();
+    apply_requests(ctx, &actions).await
+}
+
+/// Complete: withdraws and deletes requests; true when nothing is left to wait for.
+async fn complete_requests(
+    ctx: &Context,
+    selected: &[String],
+    nodes: &[Arc<Node>],
+) -> Result<bool, Error> {
+    let nodes_here: BTreeSet<String> = selected.iter().cloned().collect();
+    // Pods another maintenance in Drain still targets keep their requests.
+    let (output, _) = resolve_drain(ctx, nodes);
+    let wanted: BTreeSet<String> = output
+        .maintenances
+        .iter()
+        .flat_map(|m| m.pods_to_request.iter().map(|p| p.uid.clone()))
+        .collect();
+    let requests = ctx.caches.eviction_requests.all();
+    let pods = &ctx.caches.pods;
+    let work = complete_work(
+        &nodes_here,
+        requests.iter().map(|r| r.as_ref()),
+        |r| {
+            pods.get(r.namespace().as_deref(), &r.spec.target.pod.name)
+                .filter(|p| p.uid() == r.spec.target.pod.uid)
+                .and_then(|p| p.spec.node_name.clone())
+        },
+        &wanted,
+    );
+    if work.kept_forbidden > 0 {
+        debug!(
+            count = work.kept_forbidden,
+            "requests with cancellation policy Forbid keep this maintenance's requester"
+        );
+    }
+    apply_requests(ctx, &work.actions).await?;
+    Ok(work.done())
+}
+
+async fn apply_requests(ctx: &Context, actions: &[RequestAction]) -> Result<(), Error> {
+    // Owned actions and clients: borrowed ones make the future not provably `Send`.
+    let results: Vec<Result<(), Error>> = futures::stream::iter(actions.to_vec())
+        .map(|a| {
+            let client = ctx.client.clone();
+            async move { writes::apply_request_action(&client, &a).await }
+        })
+        .buffer_unordered(REQUEST_WRITES)
+        .collect()
+        .await;
+    let mut first = None;
+    for r in results {
+        keep(&mut first, r);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+async fn publish(ctx: &Context, nm: &NodeMaintenance, notes: &[Note]) {
+    let reference = nm.object_ref(&());
+    for n in notes {
+        let event = Event {
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: n.reason.to_string(),
+            note: Some(n.message.chars().take(1000).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let result = match ctx.recorder.publish(&event, &reference).await {
+            // kube-apiserver before v1.22 accepts new-style events of cluster-scoped objects
+            // only in kube-system (the recorder writes them to default).
+            Err(kube::Error::Api(s))
+                if s.code == 422 && s.message.contains("does not match event.namespace") =>
+            {
+                publish_in_kube_system(ctx, &event, &reference).await
+            }
+            other => other,
+        };
+        if let Err(err) = result {
+            warn!(error = %err, reason = n.reason, "could not record event");
+        }
+    }
+}
+
+/// Writes the event as `kube::runtime::events::Recorder` would, in namespace kube-system.
+async fn publish_in_kube_system(
+    ctx: &Context,
+    ev: &Event,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    let now = Timestamp::now();
+    let controller = "evictord".to_string();
+    let event = K8sEvent {
+        action: Some(ev.action.clone()),
+        reason: Some(ev.reason.clone()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(reference.clone()),
+        note: ev.note.clone(),
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "{}.{:x}",
+                reference.name.as_deref().unwrap_or("evictord"),
+                now.as_nanosecond()
+            )),
+            ..Default::default()
+        },
+        reporting_controller: Some(controller.clone()),
+        reporting_instance: Some(std::env::var("POD_NAME").unwrap_or(controller)),
+        type_: Some(match ev.type_ {
+            EventType::Normal => "Normal".into(),
+            EventType::Warning => "Warning".into(),
+        }),
+        ..Default::default()
+    };
+    kube::Api::<K8sEvent>::namespaced(ctx.client.clone(), "kube-system")
+        .create(&kube::api::PostParams::default(), &event)
+        .await
+        .map(drop)
+}
+
+/// Maintenances per stage and pods pending / evacuating, from the cache.
+fn refresh_gauges(caches: &Caches) {
+    let m = metrics();
+    let all = caches.node_maintenances.all();
+    for stage in Stage::ALL {
+        let count = all.iter().filter(|nm| nm.spec.stage() == stage).count();
+        m.maintenances
+            .get_or_create(&StageLabel {
+                stage: stage.as_str(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    let (mut pending, mut evacuating) = (0i64, 0i64);
+    for nm in all.iter().filter(|nm| is_draining(nm)) {
+        for s in nm.status.iter().flat_map(|s| &s.node_statuses) {
+            pending += i64::from(s.pods_pending_evacuation);
+            evacuating += i64::from(s.pods_evacuating);
+        }
+    }
+    m.pods_pending_evacuation.set(pending);
+    m.pods_evacuating.set(evacuating);
+}

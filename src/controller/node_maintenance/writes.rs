@@ -1,0 +1,200 @@
+//! The API writes of the node maintenance controller, one function per kind of write: the
+//! finalizer and the stage on the maintenance, its status, node cordon patches, and the
+//! EvictionRequest actions. Every write that replaces a list or a whole status is guarded by the
+//! `resourceVersion` it was computed from, so a concurrent writer makes it fail (and the
+//! maintenance is reconciled again) instead of being overwritten.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::cordon::NodePatch;
+use super::requests::{REQUESTED_FOR_NODE_ANNOTATION, RequestAction};
+use crate::api::{
+    EvictionRequest, EvictionRequestSpec, EvictionTarget, NODE_MAINTENANCE_REQUESTER,
+    NodeMaintenance, NodeMaintenanceStatus, PodReference, Requester, Stage,
+};
+
+/// A failed write (retried by the controller's error policy).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Adding or removing the finalizer failed.
+    #[error("updating the finalizers of {0}: {1}")]
+    Finalizer(String, #[source] kube::Error),
+    /// Moving a deleted maintenance to Complete failed.
+    #[error("moving {0} to stage Complete: {1}")]
+    Stage(String, #[source] kube::Error),
+    /// The status patch failed.
+    #[error("patching the status of {0}: {1}")]
+    Status(String, #[source] kube::Error),
+    /// Cordoning or restoring a node failed.
+    #[error("patching node {0}: {1}")]
+    Node(String, #[source] kube::Error),
+    /// Creating, joining, withdrawing from or deleting an EvictionRequest failed.
+    #[error("{0} EvictionRequest {1}: {2}")]
+    Request(&'static str, String, #[source] kube::Error),
+}
+
+impl Error {
+    /// A concurrent write (409 Conflict, or 422 from a failed JSON patch `test`).
+    pub fn is_conflict(&self) -> bool {
+        let e = match self {
+            Error::Finalizer(_, e)
+            | Error::Stage(_, e)
+            | Error::Status(_, e)
+            | Error::Node(_, e)
+            | Error::Request(_, _, e) => e,
+        };
+        matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+    }
+}
+
+fn json_patch(ops: Value) -> Patch<()> {
+    Patch::Json(serde_json::from_value(ops).unwrap_or_default())
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Writes the finalizer list of the maintenance (to add or remove ours).
+pub async fn set_finalizers(
+    client: &Client,
+    nm: &NodeMaintenance,
+    finalizers: Vec<String>,
+) -> Result<NodeMaintenance, Error> {
+    let name = nm.name_any();
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let patch = json_patch(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": nm.resource_version()},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]));
+    api.patch(&name, &PatchParams::default(), &patch)
+        .await
+        .map_err(|e| Error::Finalizer(name, e))
+}
+
+/// Sets `spec.stage: Complete` on a maintenance being deleted.
+pub async fn move_to_complete(client: &Client, nm: &NodeMaintenance) -> Result<(), Error> {
+    let name = nm.name_any();
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let patch = json!({
+        "metadata": {"resourceVersion": nm.resource_version()},
+        "spec": {"stage": Stage::Complete},
+    });
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| Error::Stage(name, e))
+}
+
+/// Replaces the whole status in one JSON patch guarded by `resourceVersion`.
+pub async fn write_status(
+    client: &Client,
+    nm: &NodeMaintenance,
+    status: &NodeMaintenanceStatus,
+) -> Result<NodeMaintenance, Error> {
+    let name = nm.name_any();
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let patch = json_patch(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": nm.resource_version()},
+        {"op": "add", "path": "/status", "value": status},
+    ]));
+    api.patch_status(&name, &PatchParams::default(), &patch)
+        .await
+        .map_err(|e| Error::Status(name, e))
+}
+
+/// Applies a cordon or restore decision to a node.
+pub async fn patch_node(client: &Client, node: &Node, change: &NodePatch) -> Result<(), Error> {
+    let name = node.name_any();
+    let api: Api<Node> = Api::all(client.clone());
+    let patch = change.merge_patch(node.metadata.resource_version.as_deref());
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| Error::Node(name, e))
+}
+
+/// Applies one EvictionRequest action. A request created meanwhile by someone else, or
+/// deleted meanwhile, is not an error: the next reconciliation sees it in the cache.
+pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Result<(), Error> {
+    match action {
+        RequestAction::Create { pod, node } => {
+            let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &pod.namespace);
+            let request = EvictionRequest {
+                metadata: ObjectMeta {
+                    name: Some(pod.uid.clone()),
+                    namespace: Some(pod.namespace.clone()),
+                    annotations: Some(BTreeMap::from([(
+                        REQUESTED_FOR_NODE_ANNOTATION.to_string(),
+                        node.clone(),
+                    )])),
+                    ..Default::default()
+                },
+                spec: EvictionRequestSpec {
+                    target: EvictionTarget {
+                        pod: PodReference {
+                            name: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                        },
+                    },
+                    requesters: vec![Requester {
+                        name: NODE_MAINTENANCE_REQUESTER.to_string(),
+                    }],
+                    heartbeat_deadline_seconds: None,
+                },
+                status: None,
+            };
+            match api.create(&PostParams::default(), &request).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(Error::Request("creating", key(&pod.namespace, &pod.uid), e)),
+            }
+        }
+        RequestAction::Join {
+            namespace,
+            name,
+            resource_version,
+            requesters,
+        }
+        | RequestAction::Withdraw {
+            namespace,
+            name,
+            resource_version,
+            requesters,
+        } => {
+            let verb = if matches!(action, RequestAction::Join { .. }) {
+                "joining"
+            } else {
+                "withdrawing from"
+            };
+            let api: Api<EvictionRequest> = Api::namespaced(client.clone(), namespace);
+            let patch = json_patch(json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+                {"op": "add", "path": "/spec/requesters", "value": requesters},
+            ]));
+            match api.patch(name, &PatchParams::default(), &patch).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) => Err(Error::Request(verb, key(namespace, name), e)),
+            }
+        }
+        RequestAction::Delete { namespace, name } => {
+            let api: Api<EvictionRequest> = Api::namespaced(client.clone(), namespace);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) => Err(Error::Request("deleting", key(namespace, name), e)),
+            }
+        }
+    }
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
