@@ -376,8 +376,13 @@ async fn complete_restores_schedulability_and_uncordon_is_undone_meanwhile() {
     })
     .await;
     assert!(nm.finalizers().iter().any(|f| f == MAINTENANCE_FINALIZER));
-    assert!(events(&client, &name, "NodeUncordoned").await > 0);
-    assert!(events(&client, &name, "StageStarted").await >= 2);
+    // Events follow the writes they describe.
+    eventually("NodeUncordoned and two StageStarted events", || async {
+        (events(&client, &name, "NodeUncordoned").await > 0
+            && events(&client, &name, "StageStarted").await >= 2)
+            .then_some(())
+    })
+    .await;
     finish(&client, &ns, &[&name], &[&free, &cordoned]).await;
 }
 
@@ -560,6 +565,10 @@ async fn a_pod_protected_by_a_pdb_keeps_the_maintenance_from_drained() {
         (drained(&nm) == Some(true) && pods(&client, &ns).await.is_empty()).then_some(())
     })
     .await;
-    assert!(events(&client, &name, "Drained").await > 0);
+    // The event follows the status write that set the condition.
+    eventually("a Drained event", || async {
+        (events(&client, &name, "Drained").await > 0).then_some(())
+    })
+    .await;
     finish(&client, &ns, &[&name], &[&n]).await;
 }
