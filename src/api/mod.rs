@@ -28,6 +28,8 @@ pub const NODE_MAINTENANCE_REQUESTER: &str = "nodemaintenance.evictord.dev";
 pub const MAINTENANCE_FINALIZER: &str = "evictord.dev/maintenance-completion";
 /// Node annotation remembering `spec.unschedulable` from before a maintenance cordoned the node.
 pub const UNSCHEDULABLE_BEFORE_ANNOTATION: &str = "evictord.dev/unschedulable-before";
+/// Annotation on the EvictionRequests the controller creates: the node the pod was on.
+pub const REQUESTED_FOR_NODE_ANNOTATION: &str = "evictord.dev/requested-for-node";
 /// Node label marking control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 

@@ -16,8 +16,7 @@ use crate::api::{
 };
 use crate::drain::PodRef;
 
-/// Annotation on the EvictionRequests the controller creates: the node the pod was on.
-pub const REQUESTED_FOR_NODE_ANNOTATION: &str = "evictord.dev/requested-for-node";
+pub use crate::api::REQUESTED_FOR_NODE_ANNOTATION;
 
 /// One write to an EvictionRequest.
 #[derive(Clone, Debug, PartialEq, Eq)]
