@@ -339,7 +339,10 @@ async fn default_values_apply_to_the_real_control_plane() {
         if !d["metadata"]["namespace"].is_null() {
             args.extend(["-n", "evictord-system"]);
         }
-        ok(&format!("kubectl {}", args.join(" ")), &kubectl(c, &args, None));
+        ok(
+            &format!("kubectl {}", args.join(" ")),
+            &kubectl(c, &args, None),
+        );
     }
 }
 
@@ -385,7 +388,9 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
     // The chart's own flags, minus the listen addresses (the test picks loopback ports).
     let chart_args: Vec<String> = deployment_args(&docs)
         .into_iter()
-        .filter(|a| a != "serve" && !a.starts_with("--webhook-addr=") && !a.starts_with("--probe-addr="))
+        .filter(|a| {
+            a != "serve" && !a.starts_with("--webhook-addr=") && !a.starts_with("--probe-addr=")
+        })
         .collect();
     for flag in [
         format!("--tls-secret={fullname}-tls"),
@@ -494,7 +499,12 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
         logs.contains("released the leader lease"),
         "lease not released:\n{logs}"
     );
-    for bad in ["Forbidden", "forbidden", "denied the request", "could not patch caBundle"] {
+    for bad in [
+        "Forbidden",
+        "forbidden",
+        "denied the request",
+        "could not patch caBundle",
+    ] {
         assert!(
             !logs.contains(bad),
             "{bad:?} in the log of serve running as {sa}:\n{logs}"
