@@ -511,13 +511,11 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
         );
     }
 
-    for name in [fullname] {
-        let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .delete(name, &Default::default())
-            .await;
-        let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .delete(name, &Default::default())
-            .await;
-    }
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(fullname, &Default::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(fullname, &Default::default())
+        .await;
     c.delete_namespace(&test_ns).await;
 }
