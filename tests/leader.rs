@@ -1,7 +1,8 @@
 //! Leader election with real `serve` processes on one coordination.k8s.io Lease: exactly one runs
 //! the controllers and every request is processed once; after SIGKILL of the leader the standby
 //! takes over once the lease expires; SIGTERM releases the lease so that a standby takes over at
-//! once. Every replica serves the webhook.
+//! once; a leader whose Lease is taken over stops its controllers. Every replica serves the
+//! webhook.
 
 mod support;
 
@@ -161,5 +162,47 @@ async fn one_leader_takeover_after_kill_release_on_term() {
     let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .delete(WEBHOOKS, &Default::default())
         .await;
+    c.delete_namespace(&ns).await;
+}
+
+/// A leader whose Lease is taken over (another holder written into it) stops its controllers.
+#[tokio::test]
+async fn a_leader_that_loses_the_lease_stops_its_controllers() {
+    let c = support::cluster().await;
+    install_crds(c).await;
+    let client = c.client().await;
+    let ns = c.namespace("lease-loss").await;
+    let lease_ns = format!("--leader-election-namespace={ns}");
+    let args = [
+        "--leader-election",
+        "--lease-duration=4s",
+        "--leader-election-id=evictord-controllers",
+        &lease_ns,
+    ];
+    let mut e = Evictord::spawn(c, &args, SpawnOptions::default());
+    e.ready().await;
+    wait_leading(&e, "the only replica to lead").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let takeover = json!({"spec": {
+        "holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+        "acquireTime": now, "renewTime": now,
+    }});
+    leases
+        .patch(
+            "evictord-controllers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&takeover),
+        )
+        .await
+        .expect("taking the lease over");
+    until(TAKEOVER, "the controllers to stop", || async {
+        e.logs()
+            .contains("lost leadership; stopping controllers")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(holder(&client, &ns).await.as_deref(), Some("someone-else"));
+    assert!(e.stop().is_some_and(|s| s.success()), "{}", e.logs());
     c.delete_namespace(&ns).await;
 }
