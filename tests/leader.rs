@@ -173,7 +173,10 @@ async fn a_leader_that_loses_the_lease_stops_its_controllers() {
     let client = c.client().await;
     let ns = c.namespace("lease-loss").await;
     let lease_ns = format!("--leader-election-namespace={ns}");
+    // No eviction request controller: the other test of this binary shares the control plane
+    // and must see its EvictionRequests handled by its own replicas only.
     let args = [
+        "--controllers=nodemaintenance",
         "--leader-election",
         "--lease-duration=4s",
         "--leader-election-id=evictord-controllers",
