@@ -37,6 +37,8 @@ pub struct TlsSource {
     validity: std::time::Duration,
     check_interval: std::time::Duration,
     ca_patch: Option<(Client, String)>,
+    /// A changed directory bundle seen once and not yet served (see [`refresh`]).
+    pending: Option<CertBundle>,
 }
 
 impl TlsSource {
@@ -137,6 +139,7 @@ pub async fn obtain(args: &ServeArgs, client: Option<&Client>) -> anyhow::Result
         validity: args.cert_validity,
         check_interval: args.cert_check_interval,
         ca_patch,
+        pending: None,
     };
     patch_ca_bundle(&source).await;
     Ok(source)
@@ -273,10 +276,32 @@ pub async fn keep_fresh(mut source: TlsSource, rustls: RustlsConfig, shutdown: C
     }
 }
 
+/// True when `latest` can be served now: it comes from a Secret (read atomically) or a previous
+/// check read the same directory contents. Remembers `latest` otherwise.
+fn settled(source: &mut TlsSource, latest: &CertBundle) -> bool {
+    if matches!(source.store, Store::Secret { .. }) || source.pending.as_ref() == Some(latest) {
+        source.pending = None;
+        return true;
+    }
+    source.pending = Some(latest.clone());
+    false
+}
+
 async fn refresh(source: &mut TlsSource, rustls: &RustlsConfig) -> anyhow::Result<()> {
-    let mut latest = current(source)
+    let read = current(source)
         .await?
         .unwrap_or_else(|| source.bundle.clone());
+    if read == source.bundle {
+        source.pending = None;
+    } else if !settled(source, &read) {
+        // The files of a directory are written one by one (ca.crt, tls.crt, tls.key, ...): a
+        // read in the middle mixes old and new files, e.g. a new CA with the old serving
+        // certificate, which would be patched into caBundle while the old certificate is still
+        // served, or renewed from with the wrong CA key. A changed directory is only taken once
+        // two checks in a row read the same files.
+        return Ok(());
+    }
+    let mut latest = read;
     if Timestamp::now() >= tls::renewal_time(&latest)? && latest.ca_key_pem.is_some() {
         let renewed = tls::renew(&latest, &source.names, source.validity, Timestamp::now())?;
         match store_renewed(source, &renewed).await {

@@ -77,12 +77,15 @@ pub fn serving_names(service: Option<&str>, namespace: Option<&str>) -> Vec<Stri
     names
 }
 
+/// How far `notBefore` of a generated certificate lies before its issuance.
+const BACKDATE_SECS: i64 = 3600;
+
 fn validity_window(
     now: Timestamp,
     validity: Duration,
 ) -> (time::OffsetDateTime, time::OffsetDateTime) {
     // Back-date by an hour: a node whose clock is slightly behind must still accept the cert.
-    let start = now.as_second() - 3600;
+    let start = now.as_second() - BACKDATE_SECS;
     let end = now.as_second() + validity.as_secs() as i64;
     let to_odt = |s: i64| {
         time::OffsetDateTime::from_unix_timestamp(s).unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
@@ -222,14 +225,22 @@ pub fn validity_of(pem: &str) -> Result<(Timestamp, Timestamp)> {
     Ok((ts(v.not_before.timestamp()), ts(v.not_after.timestamp())))
 }
 
-/// When the serving certificate should be renewed: at two thirds of its validity.
+/// When the serving certificate should be renewed: at two thirds of its validity, counted from
+/// its issuance (`notBefore` plus the back-dating hour, when the certificate spans more than that),
+/// so that short validities are renewed at two thirds too rather than at every check.
 ///
 /// # Errors
 /// When the certificate cannot be parsed.
 pub fn renewal_time(bundle: &CertBundle) -> Result<Timestamp> {
     let (start, end) = validity_of(&bundle.cert_pem)?;
     let span = end.as_second() - start.as_second();
-    Ok(Timestamp::from_second(start.as_second() + span * 2 / 3).unwrap_or(start))
+    let issued = if span > BACKDATE_SECS {
+        start.as_second() + BACKDATE_SECS
+    } else {
+        start.as_second()
+    };
+    let validity = end.as_second() - issued;
+    Ok(Timestamp::from_second(issued + validity * 2 / 3).unwrap_or(start))
 }
 
 /// Reads a bundle from a directory (`tls.crt`, `tls.key`, `ca.crt`, optional `ca.key`).
@@ -347,5 +358,20 @@ mod tests {
         assert_ne!(r.cert_pem, b.cert_pem);
         assert!(renewal_time(&b).unwrap() < end);
         assert_eq!(load_dir(&dir.path().join("missing")).unwrap(), None);
+    }
+
+    #[test]
+    fn renewal_at_two_thirds_of_the_validity_from_issuance() {
+        let now = Timestamp::now();
+        let names = serving_names(None, None);
+        for secs in [9, 3 * 3600, 365 * 24 * 3600] {
+            let b = generate(&names, Duration::from_secs(secs), now).unwrap();
+            let at = renewal_time(&b).unwrap().as_second();
+            let expected = now.as_second() + secs as i64 * 2 / 3;
+            assert!(
+                (at - expected).abs() <= 1,
+                "validity {secs}s: renewal at {at}, expected {expected}"
+            );
+        }
     }
 }

@@ -305,3 +305,20 @@ impl TestCluster {
         let _ = api.delete(name, &Default::default()).await;
     }
 }
+
+impl TestCluster {
+    /// Writes a copy of the admin kubeconfig whose user impersonates `user` (kubeconfig `as:`),
+    /// e.g. `system:serviceaccount:ns:sa` (the apiserver then adds the service-account groups).
+    pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
+        let kc = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        let marker = "  user:\n";
+        assert!(kc.contains(marker), "unexpected kubeconfig layout");
+        let impersonating = kc.replacen(marker, &format!("{marker}    as: {user}\n"), 1);
+        let path = self.dir.join(format!(
+            "kubeconfig-as-{}",
+            user.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+        ));
+        write(&path, &impersonating);
+        path
+    }
+}

@@ -267,3 +267,114 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 pub async fn admin() -> Client {
     super::cluster().await.client().await
 }
+
+/// How to start an `evictord serve` with [`Evictord::spawn`].
+#[derive(Clone, Debug, Default)]
+pub struct SpawnOptions {
+    /// Kubeconfig (default: the admin one).
+    pub kubeconfig: Option<PathBuf>,
+    /// Webhook port (default: a free one), e.g. to register the webhooks before starting.
+    pub webhook_port: Option<u16>,
+    /// Certificate directory (default: a new one in the scratch directory).
+    pub cert_dir: Option<PathBuf>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl Evictord {
+    /// Starts `evictord serve` without waiting for readiness (see [`Evictord::ready`]), so that
+    /// several processes can start at once.
+    pub fn spawn(c: &TestCluster, args: &[&str], opts: SpawnOptions) -> Evictord {
+        let webhook_port = opts.webhook_port.unwrap_or_else(free_port);
+        let probe_port = free_port();
+        let cert_dir = opts
+            .cert_dir
+            .unwrap_or_else(|| c.dir.join(format!("evictord-certs-{webhook_port}")));
+        let kubeconfig = opts.kubeconfig.unwrap_or_else(|| c.kubeconfig.clone());
+        let log = c.dir.join(format!("evictord-{webhook_port}.log"));
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+            .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
+            .arg(format!("--cert-dir={}", cert_dir.display()))
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("EVICTORD_TEST_LOG").unwrap_or_else(|_| "info,evictord=debug".into()),
+            )
+            .envs(opts.env)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).expect("log"))
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            );
+        let child = cmd.spawn().expect("starting evictord");
+        kill_on_exit(child.id());
+        Evictord {
+            child: Some(child),
+            webhook_port,
+            probe_port,
+            cert_dir,
+            log,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 (panics after 30 s with the log).
+    pub async fn ready(&self) {
+        self.wait_ready().await;
+    }
+
+    /// The process id while the process is managed by this handle.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// True while the process has not exited.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The value of a counter or gauge on `/metrics`, summed over the series whose line starts
+    /// with `series` (e.g. `name{result="success"}`); 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (_, body) = self.probe("/metrics").await.expect("/metrics");
+        metric_sum(&body, series)
+    }
+
+    /// Registers webhook configurations named `name` by URL for a server on `webhook_port`
+    /// (which need not be running yet) with the CA in `ca_file`.
+    pub async fn register_webhooks_at(
+        c: &TestCluster,
+        name: &str,
+        webhook_port: u16,
+        ca_file: &std::path::Path,
+    ) {
+        let e = Evictord {
+            child: None,
+            webhook_port,
+            probe_port: 0,
+            cert_dir: ca_file.parent().expect("ca dir").to_path_buf(),
+            log: PathBuf::new(),
+        };
+        assert_eq!(
+            ca_file.file_name().and_then(|n| n.to_str()),
+            Some("ca.crt"),
+            "the CA file must be named ca.crt"
+        );
+        e.register_webhooks(c, name).await;
+    }
+}
+
+/// Sums the values of the Prometheus text lines starting with `series`.
+pub fn metric_sum(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,521 @@
+//! The Helm chart `charts/evictord` with real `helm` and `kubectl`: `helm lint --strict` and
+//! `helm template` with the default values and with `ci/full-values.yaml`; the manifests rendered
+//! for Kubernetes 1.20 applied to the real control plane (`--dry-run=server` for everything, for
+//! real everything but the Deployment and the webhook configurations, which would make
+//! kube-apiserver resolve the Service through the machine's DNS); and the RBAC test: `evictord
+//! serve` with the Deployment's own flags, authenticated as the chart's ServiceAccount, runs every
+//! flow without a single `Forbidden`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use evictord::api::EvictionRequest;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::PostParams;
+use serde::Deserialize;
+use serde_json::json;
+use support::evictord::SpawnOptions;
+use support::fixtures::pod;
+use support::tools::{kubectl, run};
+use support::wait::until;
+use support::{Evictord, TestCluster};
+use tokio::sync::OnceCell;
+
+const T: Duration = Duration::from_secs(60);
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/evictord")
+}
+
+fn full_values() -> String {
+    chart().join("ci/full-values.yaml").display().to_string()
+}
+
+fn ok(what: &str, out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `helm template` of the chart; `values` is an extra values file, `kube_version` the
+/// `--kube-version` to render for.
+fn render(release: &str, ns: &str, values: Option<&str>, kube_version: Option<&str>) -> String {
+    let chart = chart().display().to_string();
+    let mut args = vec!["template", release, &chart, "--namespace", ns];
+    if let Some(v) = values {
+        args.extend(["--values", v]);
+    }
+    if let Some(k) = kube_version {
+        args.extend(["--kube-version", k]);
+    }
+    ok(
+        &format!("helm {}", args.join(" ")),
+        &run("helm", &args, None, None),
+    )
+}
+
+/// The documents of a multi-document YAML stream (empty ones dropped).
+fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde_yaml::Value::deserialize(d).expect("rendered YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind(doc: &serde_yaml::Value) -> &str {
+    doc.get("kind").and_then(|k| k.as_str()).unwrap_or("")
+}
+
+fn to_yaml(docs: &[&serde_yaml::Value]) -> String {
+    docs.iter()
+        .map(|d| format!("---\n{}", serde_yaml::to_string(d).expect("yaml")))
+        .collect()
+}
+
+/// Needs a kubelet (the Deployment) or would make kube-apiserver call a Service (the webhooks).
+fn applied_for_real(doc: &serde_yaml::Value) -> bool {
+    !matches!(
+        kind(doc),
+        "Deployment" | "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
+    )
+}
+
+/// The chart's CRDs for real (once per test binary), plus open-schema stand-ins for the
+/// prometheus-operator CRDs so that the optional ServiceMonitor and PrometheusRule validate.
+async fn install_crds(c: &TestCluster) {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let crds = chart().join("crds/evictord.dev_crds.yaml");
+        ok(
+            "kubectl apply crds/",
+            &kubectl(c, &["apply", "-f", crds.to_str().unwrap()], None),
+        );
+        let stub = |plural: &str, kind: &str| {
+            format!(
+                "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+                 metadata:\n  name: {plural}.monitoring.coreos.com\nspec:\n  group: monitoring.coreos.com\n  \
+                 scope: Namespaced\n  names:\n    plural: {plural}\n    kind: {kind}\n  versions:\n  \
+                 - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        \
+                 type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+            )
+        };
+        let stubs = stub("servicemonitors", "ServiceMonitor") + &stub("prometheusrules", "PrometheusRule");
+        ok(
+            "kubectl apply monitoring CRD stand-ins",
+            &kubectl(c, &["apply", "-f", "-"], Some(&stubs)),
+        );
+        ok(
+            "kubectl wait crds established",
+            &kubectl(
+                c,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/evictionrequests.evictord.dev",
+                    "crd/nodemaintenances.evictord.dev",
+                    "crd/servicemonitors.monitoring.coreos.com",
+                    "crd/prometheusrules.monitoring.coreos.com",
+                ],
+                None,
+            ),
+        );
+    })
+    .await;
+}
+
+fn create_namespace(c: &TestCluster, ns: &str) {
+    let yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n");
+    ok(
+        "kubectl apply namespace",
+        &kubectl(c, &["apply", "-f", "-"], Some(&yaml)),
+    );
+}
+
+/// Renders for Kubernetes 1.20, applies everything with `--dry-run=server`, then everything but
+/// the Deployment and the webhook configurations for real; returns the rendered documents.
+async fn apply_chart(
+    c: &TestCluster,
+    release: &str,
+    ns: &str,
+    values: Option<&str>,
+) -> Vec<serde_yaml::Value> {
+    install_crds(c).await;
+    create_namespace(c, ns);
+    let docs = documents(&render(release, ns, values, Some("1.20.2")));
+    let all: Vec<&serde_yaml::Value> = docs.iter().collect();
+    let out = ok(
+        "kubectl apply --dry-run=server (everything)",
+        &kubectl(
+            c,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&to_yaml(&all)),
+        ),
+    );
+    for d in &docs {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            out.contains(&format!("/{name} ")),
+            "{} {name} missing from the dry run:\n{out}",
+            kind(d)
+        );
+    }
+    let real: Vec<&serde_yaml::Value> = docs.iter().filter(|d| applied_for_real(d)).collect();
+    ok(
+        "kubectl apply (for real)",
+        &kubectl(c, &["apply", "-f", "-"], Some(&to_yaml(&real))),
+    );
+    docs
+}
+
+#[test]
+fn helm_lint_strict_default_and_full_values() {
+    let chart = chart().display().to_string();
+    let full = full_values();
+    for args in [
+        vec!["lint", "--strict", &chart],
+        vec!["lint", "--strict", &chart, "--values", &full],
+        vec!["lint", "--strict", &chart, "--kube-version", "1.20.2"],
+        vec![
+            "lint",
+            "--strict",
+            &chart,
+            "--values",
+            &full,
+            "--kube-version",
+            "1.20.2",
+        ],
+    ] {
+        let out = ok(
+            &format!("helm {}", args.join(" ")),
+            &run("helm", &args, None, None),
+        );
+        assert!(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            "helm {} is not clean:\n{out}",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn helm_template_default_and_full_values() {
+    let full = full_values();
+    for (values, kube_version) in [
+        (None, None),
+        (Some(full.as_str()), None),
+        (None, Some("1.20.2")),
+        (Some(full.as_str()), Some("1.20.2")),
+    ] {
+        let docs = documents(&render("evictord", "evictord-system", values, kube_version));
+        let kinds: Vec<&str> = docs.iter().map(kind).collect();
+        for k in [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            assert!(
+                kinds.contains(&k),
+                "{k} not rendered ({values:?}, {kube_version:?})"
+            );
+        }
+        let monitoring = kinds.contains(&"ServiceMonitor") && kinds.contains(&"PrometheusRule");
+        assert_eq!(monitoring, values.is_some(), "monitoring objects");
+
+        let vwc = docs
+            .iter()
+            .find(|d| kind(d) == "ValidatingWebhookConfiguration")
+            .unwrap();
+        let pods = vwc["webhooks"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "pods.validate.evictord.dev")
+            .unwrap();
+        assert_eq!(pods["failurePolicy"], "Ignore");
+        // matchConditions only where the server has them (and the values ask for them).
+        let expect_mc = values.is_none() && kube_version.is_none();
+        assert_eq!(
+            !pods["matchConditions"].is_null(),
+            expect_mc,
+            "pod webhook matchConditions ({values:?}, {kube_version:?})"
+        );
+        let pdb = docs
+            .iter()
+            .find(|d| kind(d) == "PodDisruptionBudget")
+            .unwrap();
+        let pdb_version = if kube_version.is_some() {
+            "policy/v1beta1"
+        } else {
+            "policy/v1"
+        };
+        assert_eq!(pdb["apiVersion"], pdb_version);
+
+        // The pod must be able to delete pods (rules E8/U5 apply to evictord's own writes).
+        let cr = docs.iter().find(|d| kind(d) == "ClusterRole").unwrap();
+        let pod_rule = cr["rules"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["resources"]
+                    .as_sequence()
+                    .is_some_and(|s| s.iter().any(|x| x == "pods"))
+            })
+            .unwrap();
+        assert!(
+            pod_rule["verbs"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|v| v == "delete"),
+            "the ClusterRole must allow delete on pods: {pod_rule:?}"
+        );
+    }
+}
+
+/// The Deployment's container arguments are accepted by the real binary (a clap error exits 2;
+/// anything later — here an unreadable kubeconfig — exits 1).
+#[test]
+fn deployment_args_are_accepted_by_the_binary() {
+    let full = full_values();
+    for values in [None, Some(full.as_str())] {
+        let docs = documents(&render("evictord", "evictord-system", values, None));
+        let args = deployment_args(&docs);
+        let out = std::process::Command::new(support::evictord::BIN)
+            .args(&args)
+            .env("EVICTORD_KUBECONFIG", "/nonexistent/kubeconfig")
+            .output()
+            .expect("running evictord");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "evictord {args:?} ({values:?}):\n{stderr}"
+        );
+        assert!(
+            stderr.contains("reading kubeconfig"),
+            "expected to get as far as the kubeconfig: {stderr}"
+        );
+    }
+}
+
+fn deployment_args(docs: &[serde_yaml::Value]) -> Vec<String> {
+    let d = docs.iter().find(|d| kind(d) == "Deployment").unwrap();
+    d["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn default_values_apply_to_the_real_control_plane() {
+    let c = support::cluster().await;
+    let docs = apply_chart(c, "evictord", "evictord-system", None).await;
+    for d in docs.iter().filter(|d| applied_for_real(d)) {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let mut args = vec!["get", kind(d), name, "-o", "name"];
+        if !d["metadata"]["namespace"].is_null() {
+            args.extend(["-n", "evictord-system"]);
+        }
+        ok(
+            &format!("kubectl {}", args.join(" ")),
+            &kubectl(c, &args, None),
+        );
+    }
+}
+
+#[tokio::test]
+async fn full_values_apply_to_the_real_control_plane() {
+    let c = support::cluster().await;
+    let full = full_values();
+    let docs = apply_chart(c, "t", "evictord-full-ns", Some(&full)).await;
+    let real: Vec<&str> = docs
+        .iter()
+        .filter(|d| applied_for_real(d))
+        .map(kind)
+        .collect();
+    assert!(real.contains(&"ServiceMonitor") && real.contains(&"PrometheusRule"));
+    ok(
+        "kubectl get the PrometheusRule",
+        &kubectl(
+            c,
+            &[
+                "get",
+                "prometheusrules.monitoring.coreos.com",
+                "-n",
+                "evictord-full-ns",
+                "evictord-full",
+            ],
+            None,
+        ),
+    );
+}
+
+/// `evictord serve` as the chart's ServiceAccount, with the chart's RBAC applied for real and the
+/// Deployment's own flags: certificate Secret created, caBundle patched, lease acquired, an
+/// EvictionRequest evicts its pod, SIGTERM releases the lease, and the log holds no `Forbidden`.
+#[tokio::test]
+async fn chart_rbac_is_enough_for_every_call_of_serve() {
+    let c = support::cluster().await;
+    let (release, ns) = ("rbac", "rbac-system");
+    let fullname = "rbac-evictord";
+    let docs = apply_chart(c, release, ns, None).await;
+    let sa = format!("system:serviceaccount:{ns}:{fullname}");
+    let kubeconfig = c.kubeconfig_as(&sa);
+
+    // The chart's own flags, minus the listen addresses (the test picks loopback ports).
+    let chart_args: Vec<String> = deployment_args(&docs)
+        .into_iter()
+        .filter(|a| {
+            a != "serve" && !a.starts_with("--webhook-addr=") && !a.starts_with("--probe-addr=")
+        })
+        .collect();
+    for flag in [
+        format!("--tls-secret={fullname}-tls"),
+        format!("--service-name={fullname}"),
+        format!("--service-namespace={ns}"),
+        format!("--webhook-config-name={fullname}"),
+        "--leader-election".to_string(),
+        format!("--leader-election-namespace={ns}"),
+        format!("--leader-election-id={fullname}-leader"),
+    ] {
+        assert!(chart_args.contains(&flag), "{flag} not in {chart_args:?}");
+    }
+    let mut args: Vec<&str> = chart_args.iter().map(String::as_str).collect();
+    args.push("--cert-check-interval=1s");
+
+    // The chart's webhook configurations, by URL: caBundle patching must find them by name. The
+    // placeholder CA (the control plane's) is what evictord must replace.
+    let port = support::control_plane::free_port();
+    Evictord::register_webhooks_at(c, fullname, port, &c.dir.join("ca.crt")).await;
+
+    let mut e = Evictord::spawn(
+        c,
+        &args,
+        SpawnOptions {
+            kubeconfig: Some(kubeconfig),
+            webhook_port: Some(port),
+            ..Default::default()
+        },
+    );
+    e.ready().await;
+    let client = c.client().await;
+
+    // The certificate Secret, created by the ServiceAccount.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret = secrets
+        .get(&format!("{fullname}-tls"))
+        .await
+        .expect("the certificate Secret");
+    let data = secret.data.unwrap();
+    let ca = data.get("ca.crt").expect("ca.crt").clone();
+    assert!(data.contains_key("tls.crt") && data.contains_key("tls.key"));
+
+    // caBundle patched into both configurations.
+    let vwc = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(fullname)
+        .await
+        .unwrap();
+    for w in vwc.webhooks.unwrap() {
+        assert_eq!(w.client_config.ca_bundle.as_ref(), Some(&ca), "{}", w.name);
+    }
+    let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(fullname)
+        .await
+        .unwrap();
+    for w in mwc.webhooks.unwrap() {
+        assert_eq!(w.client_config.ca_bundle.as_ref(), Some(&ca), "{}", w.name);
+    }
+
+    // The lease.
+    let identity = format!("evictord-{}", e.pid().unwrap());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    until(T, "the lease held by evictord", || async {
+        let l = leases.get_opt(&format!("{fullname}-leader")).await.ok()??;
+        (l.spec?.holder_identity? == identity).then_some(())
+    })
+    .await;
+
+    // An EvictionRequest evicts its pod (webhook lookups, SubjectAccessReviews, label and status
+    // patches, the Eviction API, events).
+    let test_ns = c.namespace("rbac-flow").await;
+    let p = pod("victim")
+        .label("app", "victim")
+        .create(&client, &test_ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let ers: Api<EvictionRequest> = Api::namespaced(client.clone(), &test_ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "victim", "uid": uid}}, "requesters": [{"name": "rbac.example.com"}]}
+    }))
+    .unwrap();
+    ers.create(&PostParams::default(), &er)
+        .await
+        .expect("create EvictionRequest");
+    until(T, "Evicted=True", || async {
+        let r = ers.get(&uid).await.ok()?;
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.is_true("Evicted"))
+            .then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &test_ns);
+    assert!(pods.get_opt("victim").await.unwrap().is_none());
+    let labelled = ers.get(&uid).await.unwrap();
+    assert!(
+        labelled.metadata.labels.is_some_and(|l| !l.is_empty()),
+        "the controller's label patch went through"
+    );
+
+    // SIGTERM: graceful stop, lease released.
+    let status = e.stop().expect("exit status");
+    assert!(status.success(), "exit: {status}\n{}", e.logs());
+    let logs = e.logs();
+    assert!(
+        logs.contains("released the leader lease"),
+        "lease not released:\n{logs}"
+    );
+    for bad in [
+        "Forbidden",
+        "forbidden",
+        "denied the request",
+        "could not patch caBundle",
+    ] {
+        assert!(
+            !logs.contains(bad),
+            "{bad:?} in the log of serve running as {sa}:\n{logs}"
+        );
+    }
+
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(fullname, &Default::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(fullname, &Default::default())
+        .await;
+    c.delete_namespace(&test_ns).await;
+}
