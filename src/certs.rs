@@ -51,7 +51,17 @@ impl TlsSource {
     }
 }
 
+/// Label on the Secret evictord created itself. Only such a Secret is renewed: a Secret the
+/// user brought (even one holding `ca.key`) is theirs to rotate, and the chart grants evictord
+/// read-only access to it.
+const GENERATED_LABEL: &str = "evictord.dev/generated";
+
 fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
+    let generated = secret
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(GENERATED_LABEL).map(String::as_str) == Some("true"));
     let data = secret.data.as_ref()?;
     let get = |k: &str| {
         data.get(k)
@@ -59,7 +69,7 @@ fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
     };
     Some(CertBundle {
         ca_pem: get(CA_FILE)?,
-        ca_key_pem: get(CA_KEY_FILE),
+        ca_key_pem: get(CA_KEY_FILE).filter(|_| generated),
         cert_pem: get(CERT_FILE)?,
         key_pem: get(KEY_FILE)?,
     })
@@ -166,6 +176,10 @@ async fn secret_bundle_or_create(
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(
+                GENERATED_LABEL.to_string(),
+                "true".to_string(),
+            )])),
             ..Default::default()
         },
         type_: Some("kubernetes.io/tls".into()),
