@@ -151,7 +151,7 @@ pub async fn obtain(args: &ServeArgs, client: Option<&Client>) -> anyhow::Result
         ca_patch,
         pending: None,
     };
-    patch_ca_bundle(&source).await;
+    patch_ca_bundle(&source, None).await;
     Ok(source)
 }
 
@@ -207,11 +207,22 @@ async fn secret_bundle_or_create(
 }
 
 /// Writes the CA into the `caBundle` of every webhook of evictord's own configurations.
-async fn patch_ca_bundle(source: &TlsSource) {
+///
+/// `previous_ca` is kept in the bundle beside the current CA: during a CA change, replicas that
+/// have not yet picked the new certificate up keep serving the old one, and kube-apiserver must
+/// trust both until they have.
+async fn patch_ca_bundle(source: &TlsSource, previous_ca: Option<&str>) {
     let Some((client, name)) = &source.ca_patch else {
         return;
     };
-    let ca = ByteString(source.bundle.ca_pem.clone().into_bytes());
+    let mut pem = source.bundle.ca_pem.clone();
+    if let Some(previous) = previous_ca.filter(|p| *p != pem) {
+        if !pem.ends_with('\n') {
+            pem.push('\n');
+        }
+        pem.push_str(previous);
+    }
+    let ca = ByteString(pem.into_bytes());
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let result: anyhow::Result<()> = async {
@@ -329,12 +340,13 @@ async fn refresh(source: &mut TlsSource, rustls: &RustlsConfig) -> anyhow::Resul
         }
     }
     if latest != source.bundle {
-        let ca_changed = latest.ca_pem != source.bundle.ca_pem;
+        let previous_ca =
+            (latest.ca_pem != source.bundle.ca_pem).then(|| source.bundle.ca_pem.clone());
         rustls.reload_from_config(tls::server_config(&latest)?);
         source.bundle = latest;
         info!("serving the new certificate");
-        if ca_changed {
-            patch_ca_bundle(source).await;
+        if let Some(previous) = previous_ca {
+            patch_ca_bundle(source, Some(&previous)).await;
         }
     }
     Ok(())

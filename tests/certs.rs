@@ -260,11 +260,14 @@ fn ca_bundles(
 async fn wait_ca_bundle(client: &Client, name: &str, ca: &str) {
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let expected = Some(ByteString(ca.as_bytes().to_vec()));
+    // After a CA change the bundle holds the new CA first and the previous one after it, so
+    // that replicas still serving the old certificate stay trusted until they reload.
     until(T, "caBundle patched with the Secret's CA", || async {
         let (v, m) = (vapi.get(name).await.ok()?, mapi.get(name).await.ok()?);
         let all = ca_bundles(&v, &m);
-        (!all.is_empty() && all.iter().all(|b| *b == expected)).then_some(())
+        let current =
+            |b: &Option<ByteString>| b.as_ref().is_some_and(|b| b.0.starts_with(ca.as_bytes()));
+        (!all.is_empty() && all.iter().all(current)).then_some(())
     })
     .await;
 }
