@@ -1,7 +1,7 @@
 //! The `evictord` binary: wiring only.
 #![forbid(unsafe_code)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -62,7 +62,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 now,
                 &args.rules.settings(),
             )?;
-            println!("{}", serde_json::to_string_pretty(&response)?);
+            let text = serde_json::to_string_pretty(&response)?;
+            // A closed pipe (`evictord review ... | head`) is not an error worth a panic.
+            let mut out = std::io::stdout().lock();
+            match writeln!(out, "{text}") {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve(args) => {
