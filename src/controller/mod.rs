@@ -18,6 +18,33 @@ use tracing::info;
 use crate::cli::ServeArgs;
 use crate::cluster::Caches;
 
+/// True when a write failed because the object changed meanwhile (409 Conflict, or 422 from a
+/// failed `test` of a guarded JSON patch): reconciling again at once reads the new version.
+pub(crate) fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+}
+
+/// The requeue after a failed reconcile, shared by the controllers: a conflict is retried at
+/// once, anything else after a short pause; both count as a retry in the metrics.
+pub(crate) fn requeue_after_error(
+    controller: &'static str,
+    conflict: bool,
+    error: &dyn std::fmt::Display,
+) -> kube::runtime::controller::Action {
+    use std::time::Duration;
+    crate::metrics::metrics()
+        .reconcile_retries
+        .get_or_create(&crate::metrics::ControllerLabel { controller })
+        .inc();
+    if conflict {
+        tracing::debug!(%error, controller, "concurrent write; reconciling again");
+        kube::runtime::controller::Action::requeue(Duration::from_millis(200))
+    } else {
+        tracing::warn!(%error, controller, "reconcile failed; retrying");
+        kube::runtime::controller::Action::requeue(Duration::from_secs(2))
+    }
+}
+
 fn reporter() -> Reporter {
     Reporter {
         controller: "evictord".into(),

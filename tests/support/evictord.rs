@@ -98,37 +98,14 @@ impl Evictord {
 
     /// Starts `evictord serve` with the certificates in `cert_dir` (generated when missing).
     pub async fn start_with_certs(c: &TestCluster, args: &[&str], cert_dir: PathBuf) -> Evictord {
-        let webhook_port = free_port();
-        let probe_port = free_port();
-        let log = c.dir.join(format!("evictord-{webhook_port}.log"));
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg(format!("--kubeconfig={}", c.kubeconfig.display()))
-            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
-            .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
-            .arg(format!("--cert-dir={}", cert_dir.display()))
-            .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("EVICTORD_TEST_LOG").unwrap_or_else(|_| "info,evictord=debug".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).expect("log"))
-            .stderr(
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(&log)
-                    .expect("log"),
-            );
-        let child = cmd.spawn().expect("starting evictord");
-        kill_on_exit(child.id());
-        let e = Evictord {
-            child: Some(child),
-            webhook_port,
-            probe_port,
-            cert_dir,
-            log,
-        };
+        let e = Evictord::spawn(
+            c,
+            args,
+            SpawnOptions {
+                cert_dir: Some(cert_dir),
+                ..Default::default()
+            },
+        );
         e.wait_ready().await;
         e
     }

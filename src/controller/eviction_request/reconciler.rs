@@ -83,18 +83,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    metrics()
-        .reconcile_retries
-        .get_or_create(&controller_label())
-        .inc();
-    let conflict = matches!(error, Error::Status(_, kube::Error::Api(e)) | Error::Labels(_, kube::Error::Api(e)) if e.code == 409 || e.code == 422);
-    if conflict {
-        debug!(%error, "concurrent write; reconciling again");
-        Requeue::requeue(Duration::from_millis(200))
-    } else {
-        warn!(%error, "reconcile failed; retrying");
-        Requeue::requeue(Duration::from_secs(2))
-    }
+    let conflict = match error {
+        Error::Status(_, e) | Error::Labels(_, e) => crate::controller::is_conflict(e),
+    };
+    crate::controller::requeue_after_error(CONTROLLER, conflict, error)
 }
 
 async fn reconcile(req: Arc<EvictionRequest>, ctx: Arc<Context>) -> Result<Requeue, Error> {

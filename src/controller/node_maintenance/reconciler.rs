@@ -142,17 +142,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 fn error_policy(_nm: Arc<NodeMaintenance>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    metrics()
-        .reconcile_retries
-        .get_or_create(&controller_label())
-        .inc();
-    if error.is_conflict() {
-        debug!(%error, "concurrent write; reconciling again");
-        Requeue::requeue(Duration::from_millis(200))
-    } else {
-        warn!(%error, "reconcile failed; retrying");
-        Requeue::requeue(Duration::from_secs(2))
-    }
+    crate::controller::requeue_after_error(CONTROLLER, error.is_conflict(), error)
 }
 
 async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Requeue, Error> {

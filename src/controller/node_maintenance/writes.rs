@@ -49,7 +49,7 @@ impl Error {
             | Error::Node(_, e)
             | Error::Request(_, _, e) => e,
         };
-        matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 422)
+        crate::controller::is_conflict(e)
     }
 }
 
