@@ -113,19 +113,44 @@ pub struct Saturation {
     pub requests: u64,
     pub errors: u64,
     pub requests_per_second: f64,
+    /// CPU time the server process used in the measured window / the window (1.0 = one core).
+    pub server_cpu_cores: Option<f64>,
+    /// Server CPU time per answered request, in microseconds: the cost that stays meaningful
+    /// when the load generator, not the server, is the bottleneck.
+    pub server_cpu_us_per_request: Option<f64>,
+}
+
+/// CPU time (user + system) of a process so far, from `/proc/PID/stat`.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux configuration we run on.
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Closed loop on `connections` keep-alive connections: `warmup`, then `duration` measured.
+/// With `server_pid`, the server's CPU time over the measured window is recorded too.
 pub async fn saturate(
     target: &Target,
     body: Bytes,
     connections: usize,
     warmup: Duration,
     duration: Duration,
+    server_pid: Option<u32>,
 ) -> anyhow::Result<Saturation> {
     let conns = open_all(target, connections).await?;
     let start = Instant::now() + warmup;
     let end = start + duration;
+    let cpu = tokio::spawn(async move {
+        let pid = server_pid?;
+        tokio::time::sleep_until(start.into()).await;
+        let c0 = cpu_time(pid)?;
+        tokio::time::sleep_until(end.into()).await;
+        Some(cpu_time(pid)?.saturating_sub(c0))
+    });
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -152,12 +177,17 @@ pub async fn saturate(
         t.await?;
     }
     let requests = done.load(Ordering::Relaxed);
+    let cpu = cpu.await?;
     Ok(Saturation {
         connections,
         seconds: duration.as_secs_f64(),
         requests,
         errors: errors.load(Ordering::Relaxed),
         requests_per_second: requests as f64 / duration.as_secs_f64(),
+        server_cpu_cores: cpu.map(|c| c.as_secs_f64() / duration.as_secs_f64()),
+        server_cpu_us_per_request: cpu
+            .filter(|_| requests > 0)
+            .map(|c| c.as_secs_f64() * 1e6 / requests as f64),
     })
 }
 

@@ -248,7 +248,7 @@ impl Report {
             Some(Ok(w)) => w,
         };
         o += &format!(
-            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration and certificate, constant allowed response) on loopback, HTTP/1.1 keep-alive, TLS 1.3. Pinning: {}. Saturation: {} connections, closed loop, {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends on a pool of {} connections, {} s each, latency from the scheduled send time to the end of the response. {} runs.\n\n",
+            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration and certificate, constant allowed response) on loopback, HTTP/1.1 keep-alive, TLS 1.3. Pinning: {}. Saturation: {} connections, closed loop, {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends on a pool of {} connections, {} s each, latency from the scheduled send time to the end of the response. {} runs. Two comparisons: the throughput fraction (evictord req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
             w.pinning,
             w.connections_saturation,
             w.warmup_s,
@@ -269,6 +269,23 @@ impl Report {
                 sat(&b.limit),
                 sat(&b.evictord),
                 median(b.throughput_ratio.iter().copied())
+            );
+            let cores = |runs: &[ServerRun]| {
+                median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores))
+            };
+            let per_req = |runs: &[ServerRun]| {
+                median(
+                    runs.iter()
+                        .filter_map(|r| r.saturation.server_cpu_us_per_request),
+                )
+            };
+            o += &format!(
+                "| server CPU at saturation (cores) | {:.2} | {:.2} | |\n| server CPU per request | {:.1} µs | {:.1} µs | **{:.2}** (limit µs / evictord µs) |\n",
+                cores(&b.limit),
+                cores(&b.evictord),
+                per_req(&b.limit),
+                per_req(&b.evictord),
+                median(b.cpu_efficiency_ratio.iter().copied())
             );
             for (i, rate) in w.rates.iter().enumerate() {
                 let pick = |runs: &[ServerRun], f: fn(&crate::loadgen::FixedRate) -> f64| {
@@ -321,12 +338,12 @@ impl Report {
             Some(Ok(m)) => m,
         };
         o += &format!(
-            "Pods created through the API ({} in {:.0} s, {:.0}/s, 32 in flight); each level: a fresh `evictord serve` (all controllers), ready (every watch cache listed), 3 s settle, `VmRSS`. Pods are Deployment-like (labels, owner, node, one container with env/ports/resources/probe; one in ten annotated).\n\n| pods cached | median RSS | runs | (RSS − idle) / pods |\n|---|---|---|---|\n",
+            "Pods created through the API ({} in {:.0} s, {:.0}/s, 32 in flight); each level: a fresh `evictord serve` (all controllers), ready (every watch cache listed), 3 s settle, `VmRSS`. Pods are Deployment-like (labels, owner, node, one container with env/ports/resources/probe; one in ten annotated).\n\n| pods cached | median RSS | runs | (RSS − idle) / pods | median peak RSS (VmHWM) |\n|---|---|---|---|---|\n",
             mem.pods_created, mem.create_seconds, mem.create_per_second
         );
         for l in &mem.levels {
             o += &format!(
-                "| {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} |\n",
                 l.pods,
                 mib(l.median_rss_bytes as f64),
                 l.rss_bytes
@@ -334,7 +351,8 @@ impl Report {
                     .map(|b| mib(*b as f64))
                     .collect::<Vec<_>>()
                     .join(", "),
-                l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B"))
+                l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
+                mib(l.median_peak_rss_bytes as f64)
             );
         }
         if let Some(s) = mem.bytes_per_pod_slope {

@@ -10,10 +10,10 @@
 //! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
-//! | `EVICTORD_BENCH_PODS` | `0,2500,5000,10000` | cached pod counts for the memory part |
+//! | `EVICTORD_BENCH_PODS` | `0,5000,10000,50000` | cached pod counts for the memory part |
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
-//! | `EVICTORD_BENCH_CREATES` | `300` | EvictionRequest creates per webhook on/off round |
+//! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates per webhook on/off round |
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -74,10 +74,10 @@ impl Settings {
         let fixed_rate_time =
             Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
         let rates = list(&var("EVICTORD_BENCH_RATES", "1000,5000"))?;
-        let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,2500,5000,10000"))?;
+        let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,5000,10000,50000"))?;
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
-        let creates = var("EVICTORD_BENCH_CREATES", "300").parse()?;
+        let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
         Ok(Self {
             parts,

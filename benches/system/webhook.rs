@@ -236,6 +236,9 @@ pub struct BodyResult {
     pub evictord: Vec<ServerRun>,
     /// evictord's saturation throughput / the limit's, per run.
     pub throughput_ratio: Vec<f64>,
+    /// The limit's server CPU per request / evictord's, per run (the throughput fraction each
+    /// would reach if the server's CPU, not the load generator, were the bottleneck).
+    pub cpu_efficiency_ratio: Vec<f64>,
 }
 
 /// Part 1 results.
@@ -252,7 +255,7 @@ pub struct WebhookResults {
     pub bodies: Vec<BodyResult>,
 }
 
-async fn measure(target: &Target, body: Body, s: &Settings) -> anyhow::Result<ServerRun> {
+async fn measure(target: &Target, pid: u32, body: Body, s: &Settings) -> anyhow::Result<ServerRun> {
     // Check once that the body is allowed (a denial would measure another code path).
     let mut probe = loadgen::Connection::open(target).await?;
     anyhow::ensure!(
@@ -269,6 +272,7 @@ async fn measure(target: &Target, body: Body, s: &Settings) -> anyhow::Result<Se
         s.connections,
         s.warmup,
         s.saturation_time,
+        Some(pid),
     )
     .await?;
     let mut fixed = Vec::new();
@@ -301,6 +305,7 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
 
     let limit = start_limit(&cert_dir, scratch)?;
     let evictord = start_evictord(&cert_dir, scratch)?;
+    let (limit_pid, evictord_pid) = (limit.child.id(), evictord.child.id());
     let target = |server: &Server, body: Body| Target {
         addr: server.addr,
         path: body.path().to_string(),
@@ -316,6 +321,7 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
             limit: Vec::new(),
             evictord: Vec::new(),
             throughput_ratio: Vec::new(),
+            cpu_efficiency_ratio: Vec::new(),
         };
         for run in 0..s.runs {
             eprintln!(
@@ -326,18 +332,27 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
             );
             // Alternate the order so that a drifting machine does not favour one server.
             let (l, e) = if run % 2 == 0 {
-                let l = measure(&target(&limit, body), body, s).await?;
-                let e = measure(&target(&evictord, body), body, s).await?;
+                let l = measure(&target(&limit, body), limit_pid, body, s).await?;
+                let e = measure(&target(&evictord, body), evictord_pid, body, s).await?;
                 (l, e)
             } else {
-                let e = measure(&target(&evictord, body), body, s).await?;
-                let l = measure(&target(&limit, body), body, s).await?;
+                let e = measure(&target(&evictord, body), evictord_pid, body, s).await?;
+                let l = measure(&target(&limit, body), limit_pid, body, s).await?;
                 (l, e)
             };
             eprintln!(
-                "[webhook]   saturation: limit {:.0} req/s, evictord {:.0} req/s",
-                l.saturation.requests_per_second, e.saturation.requests_per_second
+                "[webhook]   saturation: limit {:.0} req/s ({:.2} cores), evictord {:.0} req/s ({:.2} cores)",
+                l.saturation.requests_per_second,
+                l.saturation.server_cpu_cores.unwrap_or(f64::NAN),
+                e.saturation.requests_per_second,
+                e.saturation.server_cpu_cores.unwrap_or(f64::NAN)
             );
+            if let (Some(lc), Some(ec)) = (
+                l.saturation.server_cpu_us_per_request,
+                e.saturation.server_cpu_us_per_request,
+            ) {
+                result.cpu_efficiency_ratio.push(lc / ec);
+            }
             result
                 .throughput_ratio
                 .push(e.saturation.requests_per_second / l.saturation.requests_per_second);
