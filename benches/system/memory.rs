@@ -44,6 +44,8 @@ pub struct MemoryResults {
     pub idle_rss_bytes: u64,
     /// Least-squares slope of median RSS over cached pods.
     pub bytes_per_pod_slope: Option<f64>,
+    /// Between the two largest levels (free of the one-time costs of a first list).
+    pub bytes_per_pod_marginal: Option<f64>,
     /// RSS predicted as idle + slope × N, for the levels not measured.
     pub extrapolated: Vec<(usize, u64)>,
     pub pods_created: usize,
@@ -292,6 +294,12 @@ pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
         .map(|l| (l.pods as f64, l.median_rss_bytes as f64))
         .collect();
     let per_pod = slope(&points);
+    let marginal = match levels.as_slice() {
+        [.., a, b] if b.pods > a.pods => {
+            Some((b.median_rss_bytes as f64 - a.median_rss_bytes as f64) / (b.pods - a.pods) as f64)
+        }
+        _ => None,
+    };
     let max_measured = levels.iter().map(|l| l.pods).max().unwrap_or(0);
     let extrapolated = per_pod
         .map(|b| {
@@ -306,6 +314,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
         levels,
         idle_rss_bytes: base,
         bytes_per_pod_slope: per_pod,
+        bytes_per_pod_marginal: marginal,
         extrapolated,
         pods_created: created,
         create_seconds: create_time.as_secs_f64(),

@@ -357,7 +357,9 @@ impl Report {
         }
         if let Some(s) = mem.bytes_per_pod_slope {
             o += &format!(
-                "\n**Bytes per cached pod** (least-squares slope over the levels): **{s:.0} B**. Idle: **{}**.\n",
+                "\n**Bytes per cached pod** (least-squares slope over the levels): **{s:.0} B**; between the two largest levels: {}. Idle: **{}**.\n",
+                mem.bytes_per_pod_marginal
+                    .map_or("-".into(), |b| format!("{b:.0} B")),
                 mib(mem.idle_rss_bytes as f64)
             );
         }
