@@ -39,9 +39,14 @@ test: lint
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	$(CARGO) test --locked --all-targets
 
-## make bench: benchmarks (see README "Performance").
+## make bench: the criterion micro-benchmarks and the system benchmarks (webhook under load over TLS
+## against a limit server, memory per cached pod, controllers on a real control plane); writes
+## $${CARGO_TARGET_DIR:-target}/bench/REPORT.md and report.json (see README "Performance").
+## Knobs: EVICTORD_BENCH_* (benches/system/settings.rs), e.g. EVICTORD_BENCH_PARTS=webhook.
 bench:
-	$(CARGO) bench --locked --bench review
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn}"; \
+	$(CARGO) bench --locked --bench review -- --warm-up-time 1 --measurement-time 3; \
+	$(CARGO) bench --locked --bench system
 
 clean-certs:
 	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key

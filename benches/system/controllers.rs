@@ -1,0 +1,476 @@
+//! Part 3: the eviction request controller on the real control plane (kube-apiserver v1.20 +
+//! etcd, `evictord serve` in release mode with the webhook registered), each measurement in its
+//! own namespace:
+//!
+//! - **evictions/s**: N pods without interceptors, N EvictionRequests created at once (32 in
+//!   flight), time from the first create to the last `Evicted=True` seen by a watch;
+//! - **interceptor hand-off**: N pods with two interceptors; once every request has the first
+//!   one active, the benchmark completes them all (as the interceptor would: a status write
+//!   setting `startTime` and `completionTime`, 32 in flight) and a watch times, per request,
+//!   from the write's success to the second interceptor being active;
+//! - **webhook overhead seen by clients**: EvictionRequest create latency (4 in flight) with the
+//!   webhook registered and not registered, alternating, against an evictord with
+//!   `--controllers=none` (so nothing else touches the requests).
+//!
+//! The node maintenance drain benchmark (100 nodes × 110 pods) is not here: this tree has no node
+//! maintenance controller yet.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evictord::api::EvictionRequest;
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::memory::create_pods;
+use crate::settings::Settings;
+use crate::support::{self, TestCluster};
+
+const FIRST: &str = "first.bench.example.com";
+const SECOND: &str = "second.bench.example.com";
+const REQUESTER: &str = "bench.evictord.dev";
+/// Parallel writes of the benchmark's "interceptors" and "requesters".
+const WRITERS: usize = 32;
+
+/// The time each EvictionRequest (by name) first satisfied each predicate, seen by a watch.
+#[derive(Default)]
+struct Seen {
+    evicted: HashMap<String, Instant>,
+    canceled: HashMap<String, Instant>,
+    first_active: HashMap<String, Instant>,
+    second_active: HashMap<String, Instant>,
+    latest: HashMap<String, EvictionRequest>,
+}
+
+/// Watches the EvictionRequests of `ns` in the background.
+fn track(client: &Client, ns: &str) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let s = seen.clone();
+    let task = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            let Ok(er) = item else { continue };
+            let now = Instant::now();
+            let name = er.metadata.name.clone().unwrap_or_default();
+            let status = er.status.clone().unwrap_or_default();
+            let mut s = s.lock().expect("lock");
+            if status.is_true("Evicted") {
+                s.evicted.entry(name.clone()).or_insert(now);
+            }
+            if status.is_true("Canceled") {
+                s.canceled.entry(name.clone()).or_insert(now);
+            }
+            match status.active_interceptors.first().map(String::as_str) {
+                Some(FIRST) => {
+                    s.first_active.entry(name.clone()).or_insert(now);
+                }
+                Some(SECOND) => {
+                    s.second_active.entry(name.clone()).or_insert(now);
+                }
+                _ => {}
+            }
+            s.latest.insert(name, er);
+        }
+    });
+    (seen, task)
+}
+
+/// Polls until `done(seen)` or the timeout; returns whether it became true.
+async fn wait_for(
+    seen: &Arc<Mutex<Seen>>,
+    timeout: Duration,
+    done: impl Fn(&Seen) -> bool,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done(&seen.lock().expect("lock")) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+fn request_for(pod: &Pod) -> EvictionRequest {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": [{"name": REQUESTER}]}
+    }))
+    .expect("EvictionRequest")
+}
+
+/// Creates one EvictionRequest per pod with `parallel` in flight; returns each create's latency.
+async fn create_requests(
+    client: &Client,
+    ns: &str,
+    pods: &[Pod],
+    parallel: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(pods.iter())
+        .map(|pod| {
+            let api = api.clone();
+            async move {
+                let er = request_for(pod);
+                let t = Instant::now();
+                api.create(&PostParams::default(), &er)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("creating EvictionRequest: {e}"))?;
+                Ok(t.elapsed())
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Percentiles of a latency sample, in milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    pub samples: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+fn latency(mut v: Vec<Duration>) -> Latency {
+    v.sort_unstable();
+    Latency {
+        samples: v.len(),
+        p50_ms: ms(crate::loadgen::percentile(&v, 50.0)),
+        p99_ms: ms(crate::loadgen::percentile(&v, 99.0)),
+        max_ms: ms(v.last().copied().unwrap_or_default()),
+    }
+}
+
+/// One evictions/s run.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvictionRun {
+    pub pods: usize,
+    pub evicted: usize,
+    pub canceled: usize,
+    pub create_seconds: f64,
+    pub total_seconds: f64,
+    pub evictions_per_second: f64,
+}
+
+/// One hand-off run.
+#[derive(Clone, Debug, Serialize)]
+pub struct HandoffRun {
+    pub in_flight: usize,
+    pub handed_off: usize,
+    pub completion_writes_seconds: f64,
+    pub latency: Latency,
+}
+
+/// One create-latency round pair.
+#[derive(Clone, Debug, Serialize)]
+pub struct CreateRun {
+    pub creates: usize,
+    pub with_webhook: Latency,
+    pub without_webhook: Latency,
+    pub p99_ratio: f64,
+}
+
+/// Part 3 results.
+#[derive(Clone, Debug, Serialize)]
+pub struct ControllerResults {
+    pub evictions: Vec<EvictionRun>,
+    pub handoffs: Vec<HandoffRun>,
+    pub creates: Vec<CreateRun>,
+    pub evictord_flags: Vec<String>,
+    pub pods_in_cluster_before: usize,
+    pub drain: String,
+}
+
+fn plain_pod(name: &str, _i: usize) -> Pod {
+    support::fixtures::pod(name).build()
+}
+
+fn handoff_pod(name: &str, _i: usize) -> Pod {
+    support::fixtures::pod(name)
+        .interceptors(&[FIRST, SECOND])
+        .build()
+}
+
+async fn eviction_run(c: &TestCluster, n: usize) -> anyhow::Result<EvictionRun> {
+    let client = c.client().await;
+    let ns = c.namespace("bench-evict").await;
+    let far = Instant::now() + Duration::from_secs(600);
+    let pods = create_pods(&client, &ns, "p", 0..n, far, plain_pod).await?;
+    let (seen, watch) = track(&client, &ns);
+    let t0 = Instant::now();
+    create_requests(&client, &ns, &pods, WRITERS).await?;
+    let create_seconds = t0.elapsed().as_secs_f64();
+    let timeout = Duration::from_secs(60 + n as u64 / 5);
+    wait_for(&seen, timeout, |s| s.evicted.len() + s.canceled.len() >= n).await;
+    watch.abort();
+    let s = seen.lock().expect("lock");
+    let last = s.evicted.values().max().copied().unwrap_or(t0);
+    let total = last.duration_since(t0).as_secs_f64();
+    Ok(EvictionRun {
+        pods: n,
+        evicted: s.evicted.len(),
+        canceled: s.canceled.len(),
+        create_seconds,
+        total_seconds: total,
+        evictions_per_second: s.evicted.len() as f64 / total.max(1e-9),
+    })
+}
+
+fn now_time() -> Time {
+    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now"))
+}
+
+/// The first interceptor completes: one status write with start and completion time (retried
+/// on conflicts with the controller's own writes). Returns when it succeeded.
+async fn complete_first(
+    api: &Api<EvictionRequest>,
+    mut obj: EvictionRequest,
+) -> anyhow::Result<Instant> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    for _ in 0..20 {
+        let mut status = obj.status.clone().unwrap_or_default();
+        let entry = status
+            .interceptors
+            .iter_mut()
+            .find(|i| i.name == FIRST)
+            .ok_or_else(|| anyhow::anyhow!("{name}: no {FIRST} entry"))?;
+        let now = now_time();
+        entry.start_time.get_or_insert(now.clone());
+        entry.heartbeat_time = Some(now.clone());
+        entry.completion_time = Some(now);
+        obj.status = Some(status);
+        obj.metadata.managed_fields = None;
+        match api
+            .replace_status(&name, &PostParams::default(), &obj)
+            .await
+        {
+            Ok(_) => return Ok(Instant::now()),
+            Err(kube::Error::Api(e)) if e.code == 409 => obj = api.get(&name).await?,
+            Err(e) => anyhow::bail!("{name}: completing {FIRST}: {e}"),
+        }
+    }
+    anyhow::bail!("{name}: too many conflicts")
+}
+
+async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
+    let client = c.client().await;
+    let ns = c.namespace("bench-handoff").await;
+    let far = Instant::now() + Duration::from_secs(600);
+    let pods = create_pods(&client, &ns, "p", 0..n, far, handoff_pod).await?;
+    let (seen, watch) = track(&client, &ns);
+    create_requests(&client, &ns, &pods, WRITERS).await?;
+    let timeout = Duration::from_secs(60 + n as u64 / 5);
+    anyhow::ensure!(
+        wait_for(&seen, timeout, |s| s.first_active.len() >= n).await,
+        "the first interceptor did not become active on all {n} requests within {timeout:?}"
+    );
+    // Every request now waits on the first interceptor: all n are in flight.
+    let objects: Vec<EvictionRequest> = seen
+        .lock()
+        .expect("lock")
+        .latest
+        .values()
+        .cloned()
+        .collect();
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let t0 = Instant::now();
+    let written: Vec<anyhow::Result<(String, Instant)>> = futures::stream::iter(objects)
+        .map(|obj| {
+            let api = api.clone();
+            async move {
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                complete_first(&api, obj).await.map(|t| (name, t))
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .collect()
+        .await;
+    let completion_writes_seconds = t0.elapsed().as_secs_f64();
+    let written: HashMap<String, Instant> = written.into_iter().collect::<anyhow::Result<_>>()?;
+    wait_for(&seen, timeout, |s| s.second_active.len() >= n).await;
+    watch.abort();
+    let s = seen.lock().expect("lock");
+    let samples: Vec<Duration> = written
+        .iter()
+        .filter_map(|(name, t)| {
+            s.second_active
+                .get(name)
+                .map(|a| a.saturating_duration_since(*t))
+        })
+        .collect();
+    Ok(HandoffRun {
+        in_flight: n,
+        handed_off: samples.len(),
+        completion_writes_seconds,
+        latency: latency(samples),
+    })
+}
+
+async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    v.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    m.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    // The apiserver picks configuration changes up asynchronously.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(())
+}
+
+async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    for _ in 0..300 {
+        if api
+            .list(&ListParams::default().limit(1))
+            .await?
+            .items
+            .is_empty()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("EvictionRequests of {ns} were not deleted within 30s")
+}
+
+async fn create_runs(
+    c: &TestCluster,
+    e: &support::Evictord,
+    m: usize,
+    runs: usize,
+) -> anyhow::Result<Vec<CreateRun>> {
+    let client = c.client().await;
+    let ns = c.namespace("bench-create").await;
+    let far = Instant::now() + Duration::from_secs(600);
+    let pods = create_pods(&client, &ns, "p", 0..m, far, plain_pod).await?;
+    // Warm-up, discarded: the apiserver's first calls to the webhook open its connections.
+    e.register_webhooks(c, "evictord").await;
+    create_requests(&client, &ns, &pods[..pods.len().min(50)], 4).await?;
+    delete_requests(&client, &ns).await?;
+    let mut out = Vec::new();
+    for run in 0..runs {
+        let mut with = None;
+        let mut without = None;
+        // Alternate which goes first.
+        let order = if run % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for webhook in order {
+            if webhook {
+                e.register_webhooks(c, "evictord").await;
+            } else {
+                unregister_webhooks(&client).await?;
+            }
+            let lat = latency(create_requests(&client, &ns, &pods, 4).await?);
+            eprintln!(
+                "[controllers] create latency, webhook {}: p50 {:.1} ms, p99 {:.1} ms",
+                if webhook { "on" } else { "off" },
+                lat.p50_ms,
+                lat.p99_ms
+            );
+            delete_requests(&client, &ns).await?;
+            if webhook {
+                with = Some(lat);
+            } else {
+                without = Some(lat);
+            }
+        }
+        let (with, without) = (with.expect("measured"), without.expect("measured"));
+        out.push(CreateRun {
+            creates: m,
+            p99_ratio: with.p99_ms / without.p99_ms,
+            with_webhook: with,
+            without_webhook: without,
+        });
+    }
+    Ok(out)
+}
+
+/// Runs part 3.
+pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
+    let c = support::cluster().await;
+    support::evictord::install_crds(c).await;
+    let client = c.client().await;
+    let pods_in_cluster_before = Api::<Pod>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
+    // A long interceptor deadline: the hand-off must be by completion, never by timeout.
+    let flags = [
+        "--interceptor-deadline=10m",
+        "--min-heartbeat-interval=1s",
+        "--eviction-backoff-base=1s",
+        "--eviction-backoff-cap=4s",
+    ];
+    let mut evictions = Vec::new();
+    let mut handoffs = Vec::new();
+    {
+        let e = support::Evictord::start(c, &flags).await;
+        e.register_webhooks(c, "evictord").await;
+        for run in 0..s.runs {
+            let r = eviction_run(c, s.evictions).await?;
+            eprintln!(
+                "[controllers] evictions run {}/{}: {} evicted in {:.1}s ({:.0}/s)",
+                run + 1,
+                s.runs,
+                r.evicted,
+                r.total_seconds,
+                r.evictions_per_second
+            );
+            evictions.push(r);
+        }
+        for run in 0..s.runs {
+            let r = handoff_run(c, s.handoffs).await?;
+            eprintln!(
+                "[controllers] hand-off run {}/{}: {} handed off, p50 {:.0} ms, p99 {:.0} ms",
+                run + 1,
+                s.runs,
+                r.handed_off,
+                r.latency.p50_ms,
+                r.latency.p99_ms
+            );
+            handoffs.push(r);
+        }
+    }
+    let creates = {
+        let e = support::Evictord::start(c, &["--controllers=none"]).await;
+        create_runs(c, &e, s.creates, s.runs).await?
+    };
+    unregister_webhooks(&client).await?;
+    Ok(ControllerResults {
+        evictions,
+        handoffs,
+        creates,
+        evictord_flags: flags.iter().map(|f| f.to_string()).collect(),
+        pods_in_cluster_before,
+        drain: "not run: this tree has no node maintenance controller (issue 5)".into(),
+    })
+}

@@ -1,0 +1,117 @@
+//! System benchmarks of evictord (issue 7), run by `make bench` (`cargo bench --bench system`):
+//!
+//! 1. the webhook under load over TLS, against a limit server, in the same run ([`webhook`]);
+//! 2. memory: RSS of `evictord serve` idle and with N pods cached, fed from a real control
+//!    plane ([`memory`]);
+//! 3. the eviction request controller on the real control plane: evictions/s, interceptor
+//!    hand-off latency, EvictionRequest create latency with and without the webhook
+//!    ([`controllers`]).
+//!
+//! Writes `$CARGO_TARGET_DIR/bench/report.json` (raw numbers) and `REPORT.md` (medians). Parts 2
+//! and 3 need kube-apiserver and etcd in `$KUBEBUILDER_ASSETS` (`make bench` sets it); without
+//! them they are skipped and the report says so. Every knob is an environment variable, see
+//! [`settings`]. The binary re-executes itself as the limit server (`EVICTORD_BENCH_ROLE`).
+
+#[path = "../../tests/data/fixture.rs"]
+mod fixture;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod controllers;
+mod limit_server;
+mod loadgen;
+mod memory;
+mod report;
+mod settings;
+mod webhook;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The release build of evictord (cargo builds it for benchmarks).
+pub const EVICTORD: &str = env!("CARGO_BIN_EXE_evictord");
+/// Selects what this process is: unset for the benchmark, `limit-server` for the limit server.
+pub const ROLE_ENV: &str = "EVICTORD_BENCH_ROLE";
+
+static CPUS: OnceLock<usize> = OnceLock::new();
+
+/// CPUs of the machine (read before any pinning).
+pub fn cpus() -> usize {
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Pins every thread of this process to `cpus` (a taskset list such as `0` or `0-1`); best
+/// effort, returns whether it worked.
+pub fn pin_self(cpus: &str) -> bool {
+    std::path::Path::new("/usr/bin/taskset").exists()
+        && Command::new("/usr/bin/taskset")
+            .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// Where the report goes: `$CARGO_TARGET_DIR/bench`, else `target/bench`.
+fn report_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench")
+}
+
+fn main() -> anyhow::Result<()> {
+    if std::env::var(ROLE_ENV).as_deref() == Ok("limit-server") {
+        let addr = std::env::var("LIMIT_ADDR")?.parse()?;
+        let dir = PathBuf::from(std::env::var("LIMIT_CERT_DIR")?);
+        return limit_server::run(addr, &dir);
+    }
+    cpus();
+    let settings = settings::Settings::from_env()?;
+    let dir = report_dir();
+    std::fs::create_dir_all(&dir)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("evictord-bench-")
+        .tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut report = report::Report::new(&settings);
+    runtime.block_on(async {
+        if settings.parts.contains("webhook") {
+            // The load generator on CPU 0, the servers on CPU 1 (see webhook::pinned).
+            let pinned = cpus() >= 2 && pin_self("0");
+            let result = webhook::run(&settings, scratch.path()).await;
+            if pinned {
+                pin_self(&format!("0-{}", cpus() - 1));
+            }
+            report.webhook = Some(result.map_err(|e| format!("{e:#}")));
+            report.write(&dir)?;
+        }
+        let cluster_parts = settings.parts.contains("memory") || settings.parts.contains("controllers");
+        if cluster_parts {
+            match std::env::var_os("KUBEBUILDER_ASSETS") {
+                None => {
+                    report.skipped.push(
+                        "memory and controllers: KUBEBUILDER_ASSETS is not set (run `make bench`, which builds or finds kube-apiserver and etcd)".into(),
+                    );
+                }
+                Some(_) => {
+                    if settings.parts.contains("memory") {
+                        report.memory = Some(memory::run(&settings).await.map_err(|e| format!("{e:#}")));
+                        report.write(&dir)?;
+                    }
+                    if settings.parts.contains("controllers") {
+                        report.controllers =
+                            Some(controllers::run(&settings).await.map_err(|e| format!("{e:#}")));
+                    }
+                }
+            }
+        }
+        report.finish();
+        report.write(&dir)?;
+        anyhow::Ok(())
+    })?;
+    eprintln!("report: {}", dir.join("REPORT.md").display());
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! Part 2: memory. Pods are created through the API of a real control plane (bounded, parallel
+//! creator) up to each level N; at each level a fresh `evictord serve` (all controllers, caches
+//! of every resource) is started, becomes ready (every store has received its initial list, so
+//! the pod cache holds all N pods), settles, and its RSS is read from `/proc/PID/status`. The
+//! per-pod cost is the least-squares slope of RSS over N; levels the control plane could not
+//! reach in time are extrapolated from that slope and labelled as such.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::settings::Settings;
+use crate::support;
+
+/// Parallel API calls of the pod creator.
+const CREATORS: usize = 32;
+/// Upper bound on the time spent creating pods for the memory part.
+const CREATE_BUDGET: Duration = Duration::from_secs(180);
+/// Pod counts the issue asks about beyond what is measured; extrapolated when not reached.
+const EXTRAPOLATE: [usize; 3] = [10_000, 50_000, 150_000];
+
+/// RSS at one level.
+#[derive(Clone, Debug, Serialize)]
+pub struct Level {
+    pub pods: usize,
+    pub rss_bytes: Vec<u64>,
+    pub median_rss_bytes: u64,
+    /// Peak RSS (`VmHWM`, which includes the initial list), median of the runs.
+    pub median_peak_rss_bytes: u64,
+    /// (median RSS − idle median RSS) / pods.
+    pub bytes_per_pod: Option<f64>,
+}
+
+/// Part 2 results.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryResults {
+    pub levels: Vec<Level>,
+    pub idle_rss_bytes: u64,
+    /// Least-squares slope of median RSS over cached pods.
+    pub bytes_per_pod_slope: Option<f64>,
+    /// Between the two largest levels (free of the one-time costs of a first list).
+    pub bytes_per_pod_marginal: Option<f64>,
+    /// RSS predicted as idle + slope × N, for the issue's levels not measured.
+    pub extrapolated: Vec<(usize, u64)>,
+    pub pods_created: usize,
+    pub create_seconds: f64,
+    pub create_per_second: f64,
+    pub requested_levels: Vec<usize>,
+    pub note: Option<String>,
+}
+
+/// A realistic Deployment pod (about 1.5 KiB of JSON): labels, a ReplicaSet owner, a node, one
+/// container with ports, env and resources; one in ten carries the interceptor annotation.
+pub fn bench_pod(name: &str, i: usize) -> Pod {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(
+        "kubectl.kubernetes.io/restartedAt".into(),
+        "2026-01-01T00:00:00Z".into(),
+    );
+    if i.is_multiple_of(10) {
+        annotations.insert(
+            "evictord.dev/eviction-interceptors".into(),
+            "checkout.shop.example.com,pdb.example.com".into(),
+        );
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "web", "pod-template-hash": "7d9c6b5f4", "tier": "frontend", "team": "shop"},
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9c6b5f4",
+                                 "uid": "5f0c7a9e-1d2b-4c3d-8e4f-5a6b7c8d9e0f", "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {
+            "nodeName": format!("node-{:03}", i % 100),
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "web", "image": "registry.example.com/shop/web:1.24.3",
+                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                "env": [{"name": "LOG_LEVEL", "value": "info"}, {"name": "REGION", "value": "eu-west-1"},
+                        {"name": "FEATURES", "value": "checkout,cart,recommendations"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5}
+            }]
+        }
+    }))
+    .expect("pod")
+}
+
+/// Creates pods `from..to` named `{prefix}-{i}` with [`CREATORS`] calls in flight; stops at
+/// `deadline`. Returns how many were created.
+pub async fn create_pods(
+    client: &Client,
+    ns: &str,
+    prefix: &str,
+    range: std::ops::Range<usize>,
+    deadline: Instant,
+    build: impl Fn(&str, usize) -> Pod,
+) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods: Vec<(String, Pod)> = range
+        .map(|i| {
+            let name = format!("{prefix}-{i:06}");
+            let pod = build(&name, i);
+            (name, pod)
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(pods)
+        .map(|(name, pod)| {
+            let api = api.clone();
+            async move {
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                for _ in 0..5 {
+                    match api.create(&PostParams::default(), &pod).await {
+                        Ok(p) => return Ok(Some(p)),
+                        // Throttled or busy: the server asks to retry.
+                        Err(kube::Error::Api(e)) if e.code == 429 || e.code >= 500 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await
+                        }
+                        Err(e) => return Err(anyhow::anyhow!("creating pod {name}: {e}")),
+                    }
+                }
+                Err(anyhow::anyhow!(
+                    "creating pod {name}: still refused after 5 tries"
+                ))
+            }
+        })
+        .buffer_unordered(CREATORS)
+        .collect()
+        .await;
+    let mut created = Vec::new();
+    for r in results {
+        if let Some(p) = r? {
+            created.push(p);
+        }
+    }
+    Ok(created)
+}
+
+/// The pid of the `evictord serve` listening on `webhook_port` (found by its command line).
+pub fn pid_of(webhook_port: u16) -> anyhow::Result<u32> {
+    let needle = format!("--webhook-addr=127.0.0.1:{webhook_port}");
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.contains(&needle.as_bytes()) && args.contains(&b"serve".as_slice()) {
+            return Ok(pid);
+        }
+    }
+    anyhow::bail!("no evictord process listening on port {webhook_port}")
+}
+
+/// `VmRSS` (or another `/proc/PID/status` field) in bytes.
+pub fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .ok_or_else(|| anyhow::anyhow!("no {field} in /proc/{pid}/status"))?;
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("malformed {line:?}"))?
+        .parse()?;
+    Ok(kib * 1024)
+}
+
+pub fn median_u64(v: &[u64]) -> u64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// Least-squares slope of y over x.
+fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    (den > 0.0).then(|| num / den)
+}
+
+/// RSS and peak RSS of a freshly started, ready and settled `evictord serve`.
+async fn fresh_rss(c: &support::TestCluster) -> anyhow::Result<(u64, u64)> {
+    let e = support::Evictord::start(c, &[]).await;
+    let pid = pid_of(e.webhook_port)?;
+    // Ready means every store has its initial list; let the list buffers be freed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = status_bytes(pid, "VmRSS:")?;
+    let peak = status_bytes(pid, "VmHWM:")?;
+    drop(e);
+    Ok((rss, peak))
+}
+
+/// Runs part 2.
+pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
+    let c = support::cluster().await;
+    support::evictord::install_crds(c).await;
+    let client = c.client().await;
+    let ns = c.namespace("bench-mem").await;
+    let mut counts = s.pod_counts.clone();
+    counts.sort_unstable();
+    counts.dedup();
+    let started = Instant::now();
+    let deadline = started + CREATE_BUDGET;
+    let mut created = 0usize;
+    let mut create_time = Duration::ZERO;
+    let mut levels = Vec::new();
+    let mut note = None;
+    for &n in &counts {
+        if n > created {
+            let t = Instant::now();
+            let made = create_pods(
+                &client,
+                &ns,
+                "web-7d9c6b5f4",
+                created..n,
+                deadline,
+                bench_pod,
+            )
+            .await?
+            .len();
+            create_time += t.elapsed();
+            created += made;
+            eprintln!(
+                "[memory] {created} pods created ({:.0}/s)",
+                created as f64 / create_time.as_secs_f64()
+            );
+            if created < n {
+                note = Some(format!(
+                    "the control plane took pods at {:.0}/s: only {created} of {n} were created within the {}s budget; larger levels are extrapolated",
+                    created as f64 / create_time.as_secs_f64(),
+                    CREATE_BUDGET.as_secs()
+                ));
+            }
+        }
+        let mut rss = Vec::new();
+        let mut peaks = Vec::new();
+        for run in 0..s.runs {
+            let (r, peak) = fresh_rss(c).await?;
+            peaks.push(peak);
+            eprintln!(
+                "[memory] {created} pods cached, run {}/{}: RSS {:.1} MiB",
+                run + 1,
+                s.runs,
+                r as f64 / 1048576.0
+            );
+            rss.push(r);
+        }
+        levels.push(Level {
+            pods: created,
+            median_rss_bytes: median_u64(&rss),
+            median_peak_rss_bytes: median_u64(&peaks),
+            rss_bytes: rss,
+            bytes_per_pod: None,
+        });
+        if created < n {
+            break;
+        }
+    }
+    let idle = levels
+        .iter()
+        .find(|l| l.pods == 0)
+        .map(|l| l.median_rss_bytes);
+    let base = idle.unwrap_or_else(|| levels.first().map_or(0, |l| l.median_rss_bytes));
+    for l in &mut levels {
+        if l.pods > 0 && idle.is_some() {
+            l.bytes_per_pod = Some((l.median_rss_bytes as f64 - base as f64) / l.pods as f64);
+        }
+    }
+    let points: Vec<(f64, f64)> = levels
+        .iter()
+        .map(|l| (l.pods as f64, l.median_rss_bytes as f64))
+        .collect();
+    let per_pod = slope(&points);
+    let marginal = match levels.as_slice() {
+        [.., a, b] if b.pods > a.pods => {
+            Some((b.median_rss_bytes as f64 - a.median_rss_bytes as f64) / (b.pods - a.pods) as f64)
+        }
+        _ => None,
+    };
+    let max_measured = levels.iter().map(|l| l.pods).max().unwrap_or(0);
+    let extrapolated = per_pod
+        .map(|b| {
+            EXTRAPOLATE
+                .iter()
+                .filter(|&&n| n > max_measured)
+                .map(|&n| (n, (base as f64 + b * n as f64) as u64))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(MemoryResults {
+        levels,
+        idle_rss_bytes: base,
+        bytes_per_pod_slope: per_pod,
+        bytes_per_pod_marginal: marginal,
+        extrapolated,
+        pods_created: created,
+        create_seconds: create_time.as_secs_f64(),
+        create_per_second: created as f64 / create_time.as_secs_f64().max(1e-9),
+        requested_levels: counts,
+        note,
+    })
+}

@@ -1,0 +1,463 @@
+//! The report: `report.json` (every raw number) and `REPORT.md` (medians of the runs, ratios
+//! measured in the same run), with the machine and the exact commands.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::controllers::ControllerResults;
+use crate::memory::MemoryResults;
+use crate::settings::Settings;
+use crate::webhook::{ServerRun, WebhookResults};
+
+/// Machine and invocation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Meta {
+    pub date_utc: String,
+    pub finished_utc: Option<String>,
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_total: String,
+    pub kernel: String,
+    pub load_average_start: String,
+    pub load_average_end: Option<String>,
+    pub commands: Vec<String>,
+    pub overrides: Vec<(String, String)>,
+    pub git_commit: String,
+}
+
+/// The whole report; a part that failed holds its error message.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub meta: Meta,
+    pub webhook: Option<Result<WebhookResults, String>>,
+    pub memory: Option<Result<MemoryResults, String>>,
+    pub controllers: Option<Result<ControllerResults, String>>,
+    /// Criterion's estimates of `benches/review.rs`, when it ran before (`make bench`).
+    pub micro: Vec<Micro>,
+    pub skipped: Vec<String>,
+}
+
+/// One criterion benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct Micro {
+    pub name: String,
+    pub median_ns: f64,
+    pub mean_ns: f64,
+}
+
+fn first_line(path: &str, prefix: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn now_utc() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%d %H:%M:%S UTC")
+        .to_string()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// Reads criterion's estimates of the review micro-benchmarks.
+fn micro() -> Vec<Micro> {
+    let root = target_dir().join("criterion");
+    let mut out = Vec::new();
+    for name in [
+        "review_pod/annotated_10KiB",
+        "review_pod/unannotated_10KiB",
+        "review_eviction_request/status_heartbeat",
+    ] {
+        let path = root.join(name).join("new/estimates.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let get = |k: &str| {
+            v.pointer(&format!("/{k}/point_estimate"))
+                .and_then(Value::as_f64)
+        };
+        if let (Some(median), Some(mean)) = (get("median"), get("mean")) {
+            out.push(Micro {
+                name: name.into(),
+                median_ns: median,
+                mean_ns: mean,
+            });
+        }
+    }
+    out
+}
+
+/// Median of a sample (the mean of the two middle values for an even count).
+pub fn median(v: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.1} MiB", b / 1048576.0)
+}
+
+impl Report {
+    pub fn new(s: &Settings) -> Self {
+        let cmd = std::env::args().collect::<Vec<_>>().join(" ");
+        Self {
+            meta: Meta {
+                date_utc: now_utc(),
+                finished_utc: None,
+                cpus: crate::cpus(),
+                cpu_model: first_line("/proc/cpuinfo", "model name"),
+                memory_total: first_line("/proc/meminfo", "MemTotal"),
+                kernel: sh("uname", &["-sr"]),
+                load_average_start: loadavg(),
+                load_average_end: None,
+                commands: vec![
+                    "make bench".into(),
+                    "  = export KUBEBUILDER_ASSETS=\"$(tests/tools/envtest.sh)\" EVICTORD_TEST_LOG=warn".into(),
+                    "    cargo bench --locked --bench review -- --warm-up-time 1 --measurement-time 3".into(),
+                    "    cargo bench --locked --bench system".into(),
+                    format!("this process: {cmd}"),
+                ],
+                overrides: s.overrides.clone(),
+                git_commit: sh("git", &["rev-parse", "--short", "HEAD"]),
+            },
+            webhook: None,
+            memory: None,
+            controllers: None,
+            micro: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Records the end time and load, and reads the criterion estimates.
+    pub fn finish(&mut self) {
+        self.meta.finished_utc = Some(now_utc());
+        self.meta.load_average_end = Some(loadavg());
+        self.micro = micro();
+    }
+
+    /// Writes both files (also after each part, so a failure later keeps what was measured).
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::write(
+            dir.join("report.json"),
+            serde_json::to_string_pretty(self)? + "\n",
+        )?;
+        std::fs::write(dir.join("REPORT.md"), self.markdown())?;
+        Ok(())
+    }
+
+    fn markdown(&self) -> String {
+        let m = &self.meta;
+        let mut o = String::new();
+        o += "# evictord benchmark report\n\n";
+        o += &format!(
+            "- **Date**: {} (finished {})\n- **Machine**: {} CPUs ({}), {} RAM, {}\n- **Load average** (1/5/15 min) at start: {}; at end: {}\n- **Commit**: {}\n\n",
+            m.date_utc,
+            m.finished_utc.as_deref().unwrap_or("-"),
+            m.cpus,
+            m.cpu_model,
+            m.memory_total,
+            m.kernel,
+            m.load_average_start,
+            m.load_average_end.as_deref().unwrap_or("-"),
+            m.git_commit,
+        );
+        o += "Every figure is the **median of the runs** listed in `report.json` next to this file; ratios are computed per run (both sides measured minutes apart at most, same processes) and the median ratio is quoted. The machine is shared (other builds and tests may run): treat differences under ~20% as noise.\n\n";
+        o += "Commands:\n\n```sh\n";
+        for c in &m.commands {
+            o += c;
+            o += "\n";
+        }
+        o += "```\n\n";
+        if !m.overrides.is_empty() {
+            o += "Environment overrides: ";
+            o += &m
+                .overrides
+                .iter()
+                .map(|(k, v)| format!("`{k}={v}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            o += "\n\n";
+        }
+        o += &self.webhook_md();
+        o += &self.memory_md();
+        o += &self.controllers_md();
+        if !self.micro.is_empty() {
+            o += "## Micro-benchmarks (criterion, `benches/review.rs`: decode + review, no HTTP)\n\n| benchmark | median | mean |\n|---|---|---|\n";
+            for b in &self.micro {
+                o += &format!(
+                    "| {} | {:.1} µs | {:.1} µs |\n",
+                    b.name,
+                    b.median_ns / 1000.0,
+                    b.mean_ns / 1000.0
+                );
+            }
+            o += "\n";
+        }
+        if !self.skipped.is_empty() {
+            o += "## Skipped\n\n";
+            for s in &self.skipped {
+                o += &format!("- {s}\n");
+            }
+        }
+        o
+    }
+
+    fn webhook_md(&self) -> String {
+        let mut o = String::from("## 1. Webhook under load over TLS\n\n");
+        let w = match &self.webhook {
+            None => return o + "Not run.\n\n",
+            Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
+            Some(Ok(w)) => w,
+        };
+        o += &format!(
+            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration and certificate, constant allowed response) on loopback, HTTP/1.1 keep-alive, TLS 1.3. Pinning: {}. Saturation: {} connections, closed loop, {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends on a pool of {} connections, {} s each, latency from the scheduled send time to the end of the response. {} runs. Two comparisons: the throughput fraction (evictord req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
+            w.pinning,
+            w.connections_saturation,
+            w.warmup_s,
+            w.saturation_s,
+            w.connections_fixed_rate,
+            w.fixed_rate_s,
+            w.runs
+        );
+        for b in &w.bodies {
+            o += &format!(
+                "### {} ({} bytes, `POST {}`)\n\n| | limit server | evictord | evictord / limit |\n|---|---|---|---|\n",
+                b.body, b.bytes, b.path
+            );
+            let sat =
+                |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
+            o += &format!(
+                "| requests/s at saturation | {:.0} | {:.0} | **{:.2}** |\n",
+                sat(&b.limit),
+                sat(&b.evictord),
+                median(b.throughput_ratio.iter().copied())
+            );
+            let cores = |runs: &[ServerRun]| {
+                median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores))
+            };
+            let per_req = |runs: &[ServerRun]| {
+                median(
+                    runs.iter()
+                        .filter_map(|r| r.saturation.server_cpu_us_per_request),
+                )
+            };
+            o += &format!(
+                "| server CPU at saturation (cores) | {:.2} | {:.2} | |\n| server CPU per request | {:.1} µs | {:.1} µs | **{:.2}** (limit µs / evictord µs) |\n",
+                cores(&b.limit),
+                cores(&b.evictord),
+                per_req(&b.limit),
+                per_req(&b.evictord),
+                median(b.cpu_efficiency_ratio.iter().copied())
+            );
+            for (i, rate) in w.rates.iter().enumerate() {
+                let pick = |runs: &[ServerRun], f: fn(&crate::loadgen::FixedRate) -> f64| {
+                    median(runs.iter().filter_map(|r| r.fixed.get(i)).map(f))
+                };
+                for (label, f) in [
+                    (
+                        "p50",
+                        (|r: &crate::loadgen::FixedRate| r.p50_ms) as fn(&_) -> f64,
+                    ),
+                    ("p99", |r| r.p99_ms),
+                    ("p99.9", |r| r.p999_ms),
+                ] {
+                    let (l, e) = (pick(&b.limit, f), pick(&b.evictord, f));
+                    o += &format!(
+                        "| {label} at {rate} req/s | {l:.2} ms | {e:.2} ms | {:.2} |\n",
+                        e / l
+                    );
+                }
+                let lost = |runs: &[ServerRun]| -> u64 {
+                    runs.iter()
+                        .filter_map(|r| r.fixed.get(i))
+                        .map(|r| r.errors + r.not_sent)
+                        .sum()
+                };
+                o += &format!(
+                    "| errors + not sent at {rate} req/s (all runs) | {} | {} | |\n",
+                    lost(&b.limit),
+                    lost(&b.evictord)
+                );
+            }
+            let errs =
+                |runs: &[ServerRun]| -> u64 { runs.iter().map(|r| r.saturation.errors).sum() };
+            o += &format!(
+                "| errors at saturation (all runs) | {} | {} | |\n\n",
+                errs(&b.limit),
+                errs(&b.evictord)
+            );
+        }
+        o
+    }
+
+    fn memory_md(&self) -> String {
+        let mut o = String::from(
+            "## 2. Memory (RSS of `evictord serve`, caches fed by kube-apiserver v1.20)\n\n",
+        );
+        let mem = match &self.memory {
+            None => return o + "Not run.\n\n",
+            Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
+            Some(Ok(m)) => m,
+        };
+        o += &format!(
+            "Pods created through the API ({} in {:.0} s, {:.0}/s, 32 in flight); each level: a fresh `evictord serve` (all controllers), ready (every watch cache listed), 3 s settle, `VmRSS`. Pods are Deployment-like (labels, owner, node, one container with env/ports/resources/probe; one in ten annotated).\n\n| pods cached | median RSS | runs | (RSS − idle) / pods | median peak RSS (VmHWM) |\n|---|---|---|---|---|\n",
+            mem.pods_created, mem.create_seconds, mem.create_per_second
+        );
+        for l in &mem.levels {
+            o += &format!(
+                "| {} | {} | {} | {} | {} |\n",
+                l.pods,
+                mib(l.median_rss_bytes as f64),
+                l.rss_bytes
+                    .iter()
+                    .map(|b| mib(*b as f64))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
+                mib(l.median_peak_rss_bytes as f64)
+            );
+        }
+        if let Some(s) = mem.bytes_per_pod_slope {
+            o += &format!(
+                "\n**Bytes per cached pod** (least-squares slope over the levels): **{s:.0} B**; between the two largest levels: {}. Idle: **{}**.\n",
+                mem.bytes_per_pod_marginal
+                    .map_or("-".into(), |b| format!("{b:.0} B")),
+                mib(mem.idle_rss_bytes as f64)
+            );
+        }
+        if !mem.extrapolated.is_empty() {
+            o += "\n**Extrapolated, not measured** (idle + slope × N):";
+            for (n, b) in &mem.extrapolated {
+                o += &format!(" {n} pods ≈ {};", mib(*b as f64));
+            }
+            o += "\n";
+        }
+        if let Some(n) = &mem.note {
+            o += &format!("\nNote: {n}\n");
+        }
+        o + "\n"
+    }
+
+    fn controllers_md(&self) -> String {
+        let mut o = String::from("## 3. Controllers on the real control plane\n\n");
+        let c = match &self.controllers {
+            None => return o + "Not run.\n\n",
+            Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
+            Some(Ok(c)) => c,
+        };
+        o += &format!(
+            "kube-apiserver v1.20 + etcd on the same machine, `evictord serve` (release) with the webhook registered, flags `{}`; {} pods already in the cluster (and in evictord's cache) from part 2.\n\n| figure | median | runs |\n|---|---|---|\n",
+            c.evictord_flags.join(" "),
+            c.pods_in_cluster_before
+        );
+        if !c.evictions.is_empty() {
+            let n = c.evictions[0].pods;
+            o += &format!(
+                "| evictions/s, {n} pods without interceptors, all requests created at once | **{:.0}/s** | {} |\n",
+                median(c.evictions.iter().map(|r| r.evictions_per_second)),
+                c.evictions
+                    .iter()
+                    .map(|r| format!(
+                        "{:.0}/s ({}/{n} evicted in {:.1} s)",
+                        r.evictions_per_second, r.evicted, r.total_seconds
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        if !c.handoffs.is_empty() {
+            let n = c.handoffs[0].in_flight;
+            let runs = |f: fn(&crate::controllers::HandoffRun) -> f64| {
+                c.handoffs
+                    .iter()
+                    .map(|r| format!("{:.0}", f(r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            o += &format!(
+                "| interceptor hand-off p50, {n} requests in flight (completionTime written → next interceptor active) | **{:.0} ms** | {} ms |\n",
+                median(c.handoffs.iter().map(|r| r.latency.p50_ms)),
+                runs(|r| r.latency.p50_ms)
+            );
+            o += &format!(
+                "| interceptor hand-off p99, same runs | **{:.0} ms** | {} ms |\n",
+                median(c.handoffs.iter().map(|r| r.latency.p99_ms)),
+                runs(|r| r.latency.p99_ms)
+            );
+            o += &format!(
+                "| time to write all {n} completions (32 in flight) | {:.1} s | {} |\n",
+                median(c.handoffs.iter().map(|r| r.completion_writes_seconds)),
+                c.handoffs
+                    .iter()
+                    .map(|r| format!(
+                        "{:.1} s, {}/{n} handed off",
+                        r.completion_writes_seconds, r.handed_off
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        if !c.creates.is_empty() {
+            let n = c.creates[0].creates;
+            o += &format!(
+                "| EvictionRequest create p99 with the webhook / without (ratio per run; {n} creates each, 4 in flight, `--controllers=none`) | **{:.2}** | {} |\n",
+                median(c.creates.iter().map(|r| r.p99_ratio)),
+                c.creates
+                    .iter()
+                    .map(|r| format!("{:.2}", r.p99_ratio))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            o += &format!(
+                "| create p50 / p99 with the webhook | {:.1} / {:.1} ms | |\n| create p50 / p99 without the webhook | {:.1} / {:.1} ms | |\n",
+                median(c.creates.iter().map(|r| r.with_webhook.p50_ms)),
+                median(c.creates.iter().map(|r| r.with_webhook.p99_ms)),
+                median(c.creates.iter().map(|r| r.without_webhook.p50_ms)),
+                median(c.creates.iter().map(|r| r.without_webhook.p99_ms)),
+            );
+        }
+        o += &format!(
+            "| node maintenance drain, 100 nodes × 110 pods | {} | |\n\n",
+            c.drain
+        );
+        o
+    }
+}

@@ -1,0 +1,98 @@
+//! The benchmark's knobs, from environment variables (defaults fit `make bench` on two cores in
+//! well under 20 minutes):
+//!
+//! | variable | default | what |
+//! |---|---|---|
+//! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers` | which parts run |
+//! | `EVICTORD_BENCH_RUNS` | `3` | runs per figure (the report quotes medians) |
+//! | `EVICTORD_BENCH_CONNECTIONS` | `16` | keep-alive connections at saturation |
+//! | `EVICTORD_BENCH_RATE_CONNECTIONS` | `32` | connection pool of the fixed-rate runs |
+//! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
+//! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
+//! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
+//! | `EVICTORD_BENCH_PODS` | `0,5000,10000,50000` | cached pod counts for the memory part |
+//! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
+//! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
+//! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates per webhook on/off round |
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub parts: BTreeSet<String>,
+    pub runs: usize,
+    pub connections: usize,
+    pub rate_connections: usize,
+    pub warmup: Duration,
+    pub saturation_time: Duration,
+    pub fixed_rate_time: Duration,
+    pub rates: Vec<u64>,
+    pub pod_counts: Vec<usize>,
+    pub evictions: usize,
+    pub handoffs: usize,
+    pub creates: usize,
+    /// The variables that were set, for the report.
+    pub overrides: Vec<(String, String)>,
+}
+
+fn list<T: std::str::FromStr>(s: &str) -> anyhow::Result<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse().map_err(|e| anyhow::anyhow!("{p:?}: {e}")))
+        .collect()
+}
+
+impl Settings {
+    /// Reads the environment.
+    ///
+    /// # Errors
+    /// When a variable does not parse.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let mut overrides = Vec::new();
+        let mut var = |name: &str, default: &str| -> String {
+            match std::env::var(name) {
+                Ok(v) => {
+                    overrides.push((name.to_string(), v.clone()));
+                    v
+                }
+                Err(_) => default.to_string(),
+            }
+        };
+        let parts = var("EVICTORD_BENCH_PARTS", "webhook,memory,controllers")
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let runs = var("EVICTORD_BENCH_RUNS", "3").parse()?;
+        let connections = var("EVICTORD_BENCH_CONNECTIONS", "16").parse()?;
+        let rate_connections = var("EVICTORD_BENCH_RATE_CONNECTIONS", "32").parse()?;
+        let saturation_time = Duration::from_secs_f64(var("EVICTORD_BENCH_SECONDS", "4").parse()?);
+        let fixed_rate_time =
+            Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
+        let rates = list(&var("EVICTORD_BENCH_RATES", "1000,5000"))?;
+        let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,5000,10000,50000"))?;
+        let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
+        let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
+        let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
+        anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        Ok(Self {
+            parts,
+            runs,
+            connections,
+            rate_connections,
+            warmup: Duration::from_secs(1),
+            saturation_time,
+            fixed_rate_time,
+            rates,
+            pod_counts,
+            evictions,
+            handoffs,
+            creates,
+            overrides,
+        })
+    }
+}
