@@ -66,6 +66,12 @@ fn main() -> anyhow::Result<()> {
         let dir = PathBuf::from(std::env::var("LIMIT_CERT_DIR")?);
         return limit_server::run(addr, &dir);
     }
+    // `cargo test --all-targets` (make test) runs bench targets too, without `--bench`: the
+    // system benchmarks take minutes and load the machine, so they run only under `cargo bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("system benchmarks: skipped outside `cargo bench` (run `make bench`)");
+        return Ok(());
+    }
     cpus();
     let settings = settings::Settings::from_env()?;
     let dir = report_dir();
