@@ -5,10 +5,12 @@
 //!    plane ([`memory`]);
 //! 3. the eviction request controller on the real control plane: evictions/s, interceptor
 //!    hand-off latency, EvictionRequest create latency with and without the webhook
-//!    ([`controllers`]).
+//!    ([`controllers`]);
+//! 4. a node maintenance drain: N nodes × P pods, one NodeMaintenance in stage Drain, time to
+//!    `Drained=True`, evictions/s and evictord's peak RSS ([`drain`]).
 //!
 //! Writes `$CARGO_TARGET_DIR/bench/report.json` (raw numbers) and `REPORT.md` (medians). Parts 2
-//! and 3 need kube-apiserver and etcd in `$KUBEBUILDER_ASSETS` (`make bench` sets it); without
+//! to 4 need kube-apiserver and etcd in `$KUBEBUILDER_ASSETS` (`make bench` sets it); without
 //! them they are skipped and the report says so. Every knob is an environment variable, see
 //! [`settings`]. The binary re-executes itself as the limit server (`EVICTORD_BENCH_ROLE`).
 
@@ -18,6 +20,7 @@ mod fixture;
 mod support;
 
 mod controllers;
+mod drain;
 mod limit_server;
 mod loadgen;
 mod memory;
@@ -94,12 +97,14 @@ fn main() -> anyhow::Result<()> {
             report.webhook = Some(result.map_err(|e| format!("{e:#}")));
             report.write(&dir)?;
         }
-        let cluster_parts = settings.parts.contains("memory") || settings.parts.contains("controllers");
+        let cluster_parts = ["memory", "controllers", "drain"]
+            .iter()
+            .any(|p| settings.parts.contains(*p));
         if cluster_parts {
             match std::env::var_os("KUBEBUILDER_ASSETS") {
                 None => {
                     report.skipped.push(
-                        "memory and controllers: KUBEBUILDER_ASSETS is not set (run `make bench`, which builds or finds kube-apiserver and etcd)".into(),
+                        "memory, controllers and drain: KUBEBUILDER_ASSETS is not set (run `make bench`, which builds or finds kube-apiserver and etcd)".into(),
                     );
                 }
                 Some(_) => {
@@ -110,6 +115,10 @@ fn main() -> anyhow::Result<()> {
                     if settings.parts.contains("controllers") {
                         report.controllers =
                             Some(controllers::run(&settings).await.map_err(|e| format!("{e:#}")));
+                        report.write(&dir)?;
+                    }
+                    if settings.parts.contains("drain") {
+                        report.drain = Some(drain::run(&settings).await.map_err(|e| format!("{e:#}")));
                     }
                 }
             }

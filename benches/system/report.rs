@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::controllers::ControllerResults;
+use crate::drain::DrainResults;
 use crate::memory::MemoryResults;
 use crate::settings::Settings;
 use crate::webhook::{ServerRun, WebhookResults};
@@ -34,6 +35,7 @@ pub struct Report {
     pub webhook: Option<Result<WebhookResults, String>>,
     pub memory: Option<Result<MemoryResults, String>>,
     pub controllers: Option<Result<ControllerResults, String>>,
+    pub drain: Option<Result<DrainResults, String>>,
     /// Criterion's estimates of `benches/review.rs`, when it ran before (`make bench`).
     pub micro: Vec<Micro>,
     pub skipped: Vec<String>,
@@ -161,6 +163,7 @@ impl Report {
             webhook: None,
             memory: None,
             controllers: None,
+            drain: None,
             micro: Vec::new(),
             skipped: Vec::new(),
         }
@@ -219,6 +222,7 @@ impl Report {
         o += &self.webhook_md();
         o += &self.memory_md();
         o += &self.controllers_md();
+        o += &self.drain_md();
         if !self.micro.is_empty() {
             o += "## Micro-benchmarks (criterion, `benches/review.rs`: decode + review, no HTTP)\n\n| benchmark | median | mean |\n|---|---|---|\n";
             for b in &self.micro {
@@ -454,9 +458,42 @@ impl Report {
                 median(c.creates.iter().map(|r| r.without_webhook.p99_ms)),
             );
         }
+        o + "\n"
+    }
+
+    fn drain_md(&self) -> String {
+        let mut o = String::from("## 4. Node maintenance drain on the real control plane\n\n");
+        let d = match &self.drain {
+            None => return o + "Not run.\n\n",
+            Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
+            Some(Ok(d)) => d,
+        };
         o += &format!(
-            "| node maintenance drain, 100 nodes × 110 pods | {} | |\n\n",
-            c.drain
+            "**One run** (it is long; not repeated by `EVICTORD_BENCH_RUNS`). {} nodes × {} pods = **{} pods** (created in {:.0} s), bound by `spec.nodeName`, `terminationGracePeriodSeconds: 0`, no interceptors, no PDBs; a fresh `evictord serve` (all controllers, webhook registered, flags `{}`) started after the pods exist; one NodeMaintenance with `stage: Drain` selecting the nodes' label (`matchExpressions` `Exists`). Time from its create to `Drained=True` in its status, polled every 500 ms (±0.5 s), given up after {} s.\n\n| figure | value |\n|---|---|\n",
+            d.nodes,
+            d.pods_per_node,
+            d.pods,
+            d.create_seconds,
+            d.evictord_flags.join(" "),
+            d.give_up_seconds
+        );
+        if d.drained {
+            o += &format!(
+                "| create → `Drained=True` | **{:.1} s** |\n",
+                d.drain_seconds
+            );
+        } else {
+            o += &format!(
+                "| create → `Drained=True` | **not reached** within {:.0} s: {} of {} pods remaining |\n",
+                d.drain_seconds, d.pods_remaining, d.pods
+            );
+        }
+        o += &format!(
+            "| evictions/s (pods evicted ÷ that time) | **{:.0}/s** ({} evicted) |\n| evictord peak RSS (`VmHWM` at the end) | **{}** (RSS at the end {}) |\n\n",
+            d.evictions_per_second,
+            d.pods_evicted,
+            mib(d.evictord_peak_rss_bytes as f64),
+            mib(d.evictord_rss_bytes as f64)
         );
         o
     }

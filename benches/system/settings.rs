@@ -1,9 +1,9 @@
 //! The benchmark's knobs, from environment variables (defaults fit `make bench` on two cores in
-//! well under 20 minutes):
+//! well under 20 minutes, plus the drain part: up to 15 minutes more, given up after that):
 //!
 //! | variable | default | what |
 //! |---|---|---|
-//! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers` | which parts run |
+//! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers,drain` | which parts run |
 //! | `EVICTORD_BENCH_RUNS` | `3` | runs per figure (the report quotes medians) |
 //! | `EVICTORD_BENCH_CONNECTIONS` | `16` | keep-alive connections at saturation |
 //! | `EVICTORD_BENCH_RATE_CONNECTIONS` | `32` | connection pool of the fixed-rate runs |
@@ -14,6 +14,8 @@
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
 //! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates per webhook on/off round |
+//! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part (one run, not `EVICTORD_BENCH_RUNS`) |
+//! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -33,6 +35,8 @@ pub struct Settings {
     pub evictions: usize,
     pub handoffs: usize,
     pub creates: usize,
+    pub drain_nodes: usize,
+    pub drain_pods_per_node: usize,
     /// The variables that were set, for the report.
     pub overrides: Vec<(String, String)>,
 }
@@ -63,7 +67,7 @@ impl Settings {
                 Err(_) => default.to_string(),
             }
         };
-        let parts = var("EVICTORD_BENCH_PARTS", "webhook,memory,controllers")
+        let parts = var("EVICTORD_BENCH_PARTS", "webhook,memory,controllers,drain")
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
@@ -78,7 +82,13 @@ impl Settings {
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
         let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
+        let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
+        let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        anyhow::ensure!(
+            drain_nodes >= 1,
+            "EVICTORD_BENCH_DRAIN_NODES must be at least 1"
+        );
         Ok(Self {
             parts,
             runs,
@@ -92,6 +102,8 @@ impl Settings {
             evictions,
             handoffs,
             creates,
+            drain_nodes,
+            drain_pods_per_node,
             overrides,
         })
     }
