@@ -261,19 +261,29 @@ async fn pod_disruption_budget_blocks_until_deleted() {
     pod_gone(&client, &ns, "guarded").await;
 }
 
-#[tokio::test]
-async fn cancellation_and_forbid() {
-    let (client, ns) = setup("er-cancel").await;
-    let p = pod("p")
+/// A pod with one silent interceptor and a request for it, once that interceptor is active.
+async fn request_with_active_interceptor(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> (String, Api<EvictionRequest>) {
+    let p = pod(name)
         .interceptors(&["slow.example.com"])
-        .create(&client, &ns)
+        .create(client, ns)
         .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let api = request(&client, &ns, &p, &["test.example.com"]).await;
+    let api = request(client, ns, &p, &["test.example.com"]).await;
     until(T, "interceptor active", || async {
         (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(())
     })
     .await;
+    (uid, api)
+}
+
+#[tokio::test]
+async fn cancellation_and_forbid() {
+    let (client, ns) = setup("er-cancel").await;
+    let (uid, api) = request_with_active_interceptor(&client, &ns, "p").await;
     api.patch(
         &uid,
         &PatchParams::default(),
@@ -293,16 +303,7 @@ async fn cancellation_and_forbid() {
     .await;
 
     // With Forbid (set by the interceptor), removing requesters is refused and the request goes on.
-    let p = pod("q")
-        .interceptors(&["slow.example.com"])
-        .create(&client, &ns)
-        .await;
-    let uid = p.metadata.uid.clone().unwrap();
-    let api = request(&client, &ns, &p, &["test.example.com"]).await;
-    until(T, "interceptor active", || async {
-        (!status(&api, &uid).await.active_interceptors.is_empty()).then_some(())
-    })
-    .await;
+    let (uid, api) = request_with_active_interceptor(&client, &ns, "q").await;
     api.patch_status(
         &uid,
         &PatchParams::default(),

@@ -16,6 +16,15 @@ use support::evictord::{FAST, install_crds};
 use support::fixtures::pod;
 use support::wait::until;
 
+/// The recorded time of the last failed Eviction API call.
+fn last_failure(r: &EvictionRequest) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    r.status
+        .as_ref()
+        .and_then(|s| s.pod_eviction_status.as_ref())
+        .and_then(|p| p.last_failure_time.clone())
+        .expect("a recorded failure time")
+}
+
 #[tokio::test]
 async fn restart_resumes_backoff_without_duplicate_eviction() {
     let c = support::cluster().await;
@@ -73,16 +82,7 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
     first.kill();
     let before = api.get(&uid).await.unwrap();
     let n = counter(&before);
-    let last = before
-        .status
-        .as_ref()
-        .unwrap()
-        .pod_eviction_status
-        .as_ref()
-        .unwrap()
-        .last_failure_time
-        .clone()
-        .unwrap();
+    let last = last_failure(&before);
     let second = Evictord::start(c, FAST).await;
     second.register_webhooks(c, "evictord").await;
 
@@ -93,16 +93,7 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
     )
     .await;
     // The resumed retry respects the backoff of the recorded counter (1 s doubling, cap 4 s).
-    let next = after
-        .status
-        .as_ref()
-        .unwrap()
-        .pod_eviction_status
-        .as_ref()
-        .unwrap()
-        .last_failure_time
-        .clone()
-        .unwrap();
+    let next = last_failure(&after);
     let expected = evictord::controller::eviction_request::backoff(
         n,
         Duration::from_secs(1),
