@@ -25,7 +25,6 @@ use evictord::api::EvictionRequest;
 use evictord::cluster::{CachedPod, StaticView};
 use fixture::*;
 use jiff::Timestamp;
-use serde_json::json;
 
 const JSON: Option<&str> = Some("application/json");
 
@@ -43,18 +42,7 @@ fn pod_review(annotated: bool) -> Vec<u8> {
     } else {
         review(POD).remove("/request/object/metadata/annotations")
     };
-    let mut env = Vec::new();
-    loop {
-        let body = fixture
-            .clone()
-            .set("/request/object/spec/containers/0/env", env.clone())
-            .json();
-        if body.len() >= 10 * 1024 {
-            return body;
-        }
-        let i = env.len();
-        env.push(json!({"name": format!("FEATURE_FLAG_{i:03}"), "value": format!("enabled-{i}")}));
-    }
+    fixture.padded_json(10 * 1024)
 }
 
 fn view() -> StaticView {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use jiff::{Timestamp, ToSpan};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::fixture::{ANNOTATION, HEARTBEAT, POD, review};
 use crate::loadgen::{self, FixedRate, Saturation, Target};
@@ -137,18 +137,7 @@ fn pod_body() -> Bytes {
             .into(),
     );
     let fixture = review(POD).set("/request/object/metadata/annotations", annotations);
-    let mut env = Vec::new();
-    loop {
-        let body = fixture
-            .clone()
-            .set("/request/object/spec/containers/0/env", env.clone())
-            .json();
-        if body.len() >= 10 * 1024 {
-            return Bytes::from(body);
-        }
-        let i = env.len();
-        env.push(json!({"name": format!("FEATURE_FLAG_{i:03}"), "value": format!("enabled-{i}")}));
-    }
+    Bytes::from(fixture.padded_json(10 * 1024))
 }
 
 /// The interceptor heartbeat fixture, re-timed to `now` (the rules check heartbeats against the

@@ -94,6 +94,23 @@ impl Review {
             .to_string()
     }
 
+    /// The review as JSON, padded with container environment variables until the body is at
+    /// least `bytes` long (a realistic large pod for benchmarks).
+    pub fn padded_json(&self, bytes: usize) -> Vec<u8> {
+        let mut env = Vec::new();
+        loop {
+            let body = self
+                .clone()
+                .set("/request/object/spec/containers/0/env", env.clone())
+                .json();
+            if body.len() >= bytes {
+                return body;
+            }
+            let i = env.len();
+            env.push(serde_json::json!({"name": format!("FEATURE_FLAG_{i:03}"), "value": format!("enabled-{i}")}));
+        }
+    }
+
     /// The JSON body.
     pub fn json(&self) -> Vec<u8> {
         serde_json::to_vec(&self.0).expect("JSON")
