@@ -92,6 +92,18 @@ fn issue(
     write(&dir.join(format!("{stem}.key")), &key.serialize_pem());
 }
 
+/// Runs a watchdog shell script detached from the test's standard streams.
+fn spawn_watchdog(script: &str) {
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watchdog");
+}
+
 /// Starts a watchdog that kills `pids` and removes `dir` once this process is gone.
 fn watchdog(pids: &[u32], dir: &Path) {
     let me = std::process::id();
@@ -106,14 +118,7 @@ fn watchdog(pids: &[u32], dir: &Path) {
         "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -TERM {p} 2>/dev/null; sleep 1; kill -KILL {p} 2>/dev/null; {cleanup}",
         p = pids.join(" "),
     );
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("watchdog");
+    spawn_watchdog(&script);
 }
 
 /// Kills `pid` when this process exits (for processes started by tests).
@@ -122,14 +127,7 @@ pub fn kill_on_exit(pid: u32) {
     let script = format!(
         "while kill -0 {me} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; kill -KILL {pid} 2>/dev/null"
     );
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("watchdog");
+    spawn_watchdog(&script);
 }
 
 fn log_file(dir: &Path, name: &str) -> std::fs::File {
