@@ -7,6 +7,7 @@ pub mod eviction_api;
 pub mod eviction_request;
 mod leader;
 pub mod node_maintenance;
+pub mod own_writes;
 
 use std::sync::Arc;
 
@@ -91,6 +92,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             },
             recorder: Recorder::new(client.clone(), reporter()),
             eviction: Default::default(),
+            own_writes: Default::default(),
         });
         info!("starting the eviction request controller");
         tasks.push(tokio::spawn(eviction_request::reconciler::run(

@@ -21,6 +21,7 @@ use super::{Action, DecideSettings, Decision, EventType, after_eviction, decide}
 use crate::api::EvictionRequest;
 use crate::cluster::Caches;
 use crate::controller::eviction_api::EvictionApi;
+use crate::controller::own_writes::OwnWrites;
 use crate::metrics::{
     ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics,
 };
@@ -50,7 +51,13 @@ pub struct Context {
     pub recorder: Recorder,
     /// Eviction API (version discovered once).
     pub eviction: EvictionApi,
+    /// Writes of this controller the cache has not shown yet.
+    pub own_writes: OwnWrites,
 }
+
+/// How long a reconcile that found the cache behind its own write waits at most: the watch
+/// event of the write normally triggers the next reconcile well before.
+const CACHE_CATCH_UP: Duration = Duration::from_secs(2);
 
 fn controller_label() -> ControllerLabel {
     ControllerLabel {
@@ -63,7 +70,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let caches = ctx.caches.clone();
     caches.wait_synced().await;
     let requests = caches.eviction_requests.store().clone();
-    let gauges = tokio::spawn(refresh_gauges(caches.clone(), shutdown.clone()));
+    let gauges = tokio::spawn(refresh_gauges(ctx.clone(), shutdown.clone()));
     // Existing requests are reconciled once at start; afterwards changes trigger reconciles.
     let initial = futures::stream::once(async {});
     Controller::for_shared_stream(caches.eviction_requests.changes(), requests)
@@ -109,6 +116,14 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         .eviction_requests
         .get(Some(&ns), &req.name_any())
         .unwrap_or(req);
+    let key = format!("{ns}/{}", req.name_any());
+    if ctx
+        .own_writes
+        .behind(&key, req.metadata.resource_version.as_deref())
+    {
+        debug!("the cache has not shown our last write yet; waiting for its watch event");
+        return Ok(Requeue::requeue(CACHE_CATCH_UP));
+    }
     let pod = ctx.caches.pods.get(Some(&ns), &req.spec.target.pod.name);
     let decision = decide(&req, pod.as_deref(), Timestamp::now(), &ctx.settings);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
@@ -158,14 +173,18 @@ async fn apply(
     let ns = req.namespace().unwrap_or_default();
     let name = req.name_any();
     let api: Api<EvictionRequest> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = format!("{ns}/{name}");
     let mut current = req.clone();
     if let Some(labels) = &d.labels {
         let patch =
             json!({"metadata": {"labels": labels, "resourceVersion": current.resource_version()}});
-        current = api
+        let written = api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| Error::Labels(name.clone(), e))?;
+        ctx.own_writes
+            .record(&key, current.metadata.resource_version.as_deref());
+        current = written;
     }
     if let Some(status) = &d.status {
         // One JSON patch: the test makes a concurrent writer's update fail this one (409/422)
@@ -175,10 +194,13 @@ async fn apply(
             {"op": "add", "path": "/status", "value": status},
         ]))
         .unwrap_or_default();
-        current = api
+        let written = api
             .patch_status(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
             .map_err(|e| Error::Status(name.clone(), e))?;
+        ctx.own_writes
+            .record(&key, current.metadata.resource_version.as_deref());
+        current = written;
     }
     if let Some((interceptor, reason)) = &d.processed {
         metrics()
@@ -208,8 +230,10 @@ async fn apply(
     Ok((current, d.requeue_after))
 }
 
-/// Recomputes the gauges (active interceptor, active requester, queue depth) from the cache.
-async fn refresh_gauges(caches: Arc<Caches>, shutdown: CancellationToken) {
+/// Recomputes the gauges (active interceptor, active requester, queue depth) from the cache,
+/// and forgets the own writes of requests that are gone.
+async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let caches = &ctx.caches;
     let m = metrics();
     loop {
         m.active_interceptor.clear();
@@ -237,6 +261,10 @@ async fn refresh_gauges(caches: Arc<Caches>, shutdown: CancellationToken) {
             }
         }
         m.queue_depth.get_or_create(&controller_label()).set(open);
+        ctx.own_writes.retain(|key| {
+            key.split_once('/')
+                .is_some_and(|(ns, name)| caches.eviction_requests.get(Some(ns), name).is_some())
+        });
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(10)) => {}

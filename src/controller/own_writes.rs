@@ -1,0 +1,121 @@
+//! A controller's own writes that its watch cache has not shown yet.
+//!
+//! A reconcile reads the object from the shared cache, which follows the API server through a
+//! watch. Right after the controller writes an object, another trigger (a pod event, a requeue)
+//! can start a reconcile before the watch has delivered that write: deciding on the older copy
+//! would compute a write the server refuses (the guarded patch's `resourceVersion` test fails),
+//! or, worse for a drain of thousands of pods, a chain of refused writes retried until the watch
+//! catches up. The controller remembers, per object, the versions its own writes replaced; a
+//! cached copy at one of those versions is known to be behind, and the reconcile waits for the
+//! watch event of the write instead (it triggers a reconcile of its own).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Whether a cached copy at `cached` is older than a write of this controller: its version is
+/// one that this controller's writes replaced. A copy at any other version (the write itself,
+/// or someone else's later write) is current enough to decide on.
+pub fn cache_behind(cached: Option<&str>, superseded: &[String]) -> bool {
+    cached.is_some_and(|rv| superseded.iter().any(|s| s == rv))
+}
+
+/// Per object key (`namespace/name`), the versions this controller's writes replaced since the
+/// cache last caught up.
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    superseded: Mutex<HashMap<String, Vec<String>>>,
+}
+
+impl OwnWrites {
+    /// Records that a write of this controller replaced version `from` of `key`.
+    pub fn record(&self, key: &str, from: Option<&str>) {
+        let Some(from) = from else {
+            return;
+        };
+        let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
+        let versions = map.entry(key.to_string()).or_default();
+        if !versions.iter().any(|v| v == from) {
+            versions.push(from.to_string());
+        }
+    }
+
+    /// Whether the cached copy of `key` at `cached` predates one of this controller's writes.
+    /// When it does not, the record of `key` is dropped: the cache has caught up.
+    pub fn behind(&self, key: &str, cached: Option<&str>) -> bool {
+        let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
+        let behind = map
+            .get(key)
+            .is_some_and(|versions| cache_behind(cached, versions));
+        if !behind {
+            map.remove(key);
+        }
+        behind
+    }
+
+    /// Drops the records of objects `exists` says are gone.
+    pub fn retain(&self, exists: impl Fn(&str) -> bool) {
+        let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|key, _| exists(key));
+    }
+
+    /// Objects with a write the cache has not shown yet.
+    pub fn len(&self) -> usize {
+        self.superseded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// True when the cache has shown every write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    #[rstest]
+    #[case::no_write_of_ours(Some("7"), &[], false)]
+    #[case::cache_at_the_version_we_replaced(Some("7"), &["7"], true)]
+    #[case::cache_at_an_intermediate_version_we_replaced(Some("8"), &["7", "8"], true)]
+    #[case::cache_shows_our_write(Some("9"), &["7", "8"], false)]
+    #[case::cache_shows_a_later_write_of_someone_else(Some("12"), &["7"], false)]
+    #[case::cached_copy_without_version(None, &["7"], false)]
+    fn cache_behind_rows(
+        #[case] cached: Option<&str>,
+        #[case] superseded: &[&str],
+        #[case] expected: bool,
+    ) {
+        let superseded: Vec<String> = superseded.iter().map(|s| s.to_string()).collect();
+        assert_eq!(cache_behind(cached, &superseded), expected);
+    }
+
+    #[test]
+    fn a_record_lasts_until_the_cache_catches_up() {
+        let w = OwnWrites::default();
+        w.record("ns/a", Some("7"));
+        w.record("ns/a", Some("8"));
+        assert!(w.behind("ns/a", Some("7")));
+        assert!(w.behind("ns/a", Some("8")));
+        assert_eq!(w.len(), 1);
+        assert!(!w.behind("ns/a", Some("9")));
+        assert!(w.is_empty());
+        // Caught up: the old versions are no longer remembered.
+        assert!(!w.behind("ns/a", Some("7")));
+    }
+
+    #[test]
+    fn records_of_deleted_objects_are_dropped() {
+        let w = OwnWrites::default();
+        w.record("ns/a", Some("7"));
+        w.record("ns/b", Some("3"));
+        w.record("ns/c", None);
+        w.retain(|k| k == "ns/b");
+        assert!(!w.behind("ns/a", Some("7")));
+        assert!(w.behind("ns/b", Some("3")));
+    }
+}
