@@ -326,7 +326,7 @@ async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
     })
 }
 
-async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
+pub async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
     let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     v.delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -338,7 +338,7 @@ async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
+pub async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;

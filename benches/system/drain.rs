@@ -6,20 +6,27 @@
 //! then one NodeMaintenance with `stage: Drain` selecting the label (`matchExpressions` `Exists`).
 //! Measured: the time from its creation until its status says `Drained=True` (polled every
 //! 500 ms, so ±0.5 s; given up after 15 minutes, reporting the pods remaining), evictions per
-//! second (pods evicted ÷ that time) and evictord's peak RSS (`VmHWM`) at the end. One run: it is
-//! long.
+//! second (pods evicted ÷ that time) and evictord's peak RSS (`VmHWM`) at the end.
+//!
+//! Repeated `EVICTORD_BENCH_DRAIN_RUNS` times (default 3; the report quotes medians), each run on
+//! its own nodes, namespace and NodeMaintenance (selecting only that run's nodes) with a fresh
+//! `evictord serve`; after each run the maintenance, its EvictionRequests, the nodes and the
+//! webhook registration are removed so the next run starts from the same state.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use evictord::api::{CONDITION_DRAINED, NodeMaintenance};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::controllers::{delete_requests, unregister_webhooks};
 use crate::memory::{create_pods, status_bytes};
+use crate::report::median;
 use crate::settings::Settings;
 use crate::support;
 
@@ -27,14 +34,11 @@ const LABEL: &str = "bench.evictord.dev/drain";
 const POLL: Duration = Duration::from_millis(500);
 const GIVE_UP: Duration = Duration::from_secs(15 * 60);
 
-/// Part 4 results (one run).
+/// One drain run.
 #[derive(Clone, Debug, Serialize)]
-pub struct DrainResults {
-    pub nodes: usize,
-    pub pods_per_node: usize,
+pub struct DrainRun {
     pub pods: usize,
     pub create_seconds: f64,
-    pub evictord_flags: Vec<String>,
     /// Whether `Drained=True` was seen before giving up.
     pub drained: bool,
     /// From the NodeMaintenance create to `Drained=True` (or to giving up).
@@ -44,24 +48,34 @@ pub struct DrainResults {
     pub evictions_per_second: f64,
     pub evictord_peak_rss_bytes: u64,
     pub evictord_rss_bytes: u64,
+    /// kube-apiserver requests during the run (its `apiserver_request_total`, all clients) per
+    /// pod evicted, by `VERB resource[/subresource] code`, largest first (a 409/422 is a write
+    /// refused because the object had changed).
+    pub api_requests_per_pod: Vec<(String, f64)>,
+    /// Admission webhook calls kube-apiserver made during the run per pod evicted, by webhook.
+    pub webhook_calls_per_pod: Vec<(String, f64)>,
+}
+
+/// Part 4 results.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrainResults {
+    pub nodes: usize,
+    pub pods_per_node: usize,
+    pub evictord_flags: Vec<String>,
     pub give_up_seconds: u64,
+    pub runs: Vec<DrainRun>,
+    pub median_drain_seconds: f64,
+    pub median_evictions_per_second: f64,
+    pub median_peak_rss_bytes: f64,
 }
 
-async fn pods_remaining(client: &Client, ns: &str) -> anyhow::Result<usize> {
-    Ok(Api::<Pod>::namespaced(client.clone(), ns)
-        .list_metadata(&ListParams::default())
-        .await?
-        .items
-        .len())
-}
-
-async fn create_nodes(client: &Client, names: &[String]) -> anyhow::Result<()> {
+async fn create_nodes(client: &Client, names: &[String], run: &str) -> anyhow::Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
         .map(|n| {
             let api = api.clone();
             async move {
-                let node = support::fixtures::node(n).label(LABEL, "true").build();
+                let node = support::fixtures::node(n).label(LABEL, run).build();
                 api.create(&PostParams::default(), &node)
                     .await
                     .map(|_| ())
@@ -79,51 +93,81 @@ pub async fn run(s: &Settings) -> anyhow::Result<DrainResults> {
     let c = support::cluster().await;
     support::evictord::install_crds(c).await;
     let client = c.client().await;
+    let mut runs = Vec::new();
+    for k in 0..s.drain_runs {
+        let r = drain_once(c, &client, s, k).await?;
+        runs.push(r);
+    }
+    Ok(DrainResults {
+        nodes: s.drain_nodes,
+        pods_per_node: s.drain_pods_per_node,
+        evictord_flags: support::evictord::FAST
+            .iter()
+            .map(|f| f.to_string())
+            .collect(),
+        give_up_seconds: GIVE_UP.as_secs(),
+        median_drain_seconds: median(runs.iter().map(|r| r.drain_seconds)),
+        median_evictions_per_second: median(runs.iter().map(|r| r.evictions_per_second)),
+        median_peak_rss_bytes: median(runs.iter().map(|r| r.evictord_peak_rss_bytes as f64)),
+        runs,
+    })
+}
+
+/// One run: nodes and pods, a fresh evictord, the NodeMaintenance, the wait; then clean-up.
+async fn drain_once(
+    c: &support::TestCluster,
+    client: &Client,
+    s: &Settings,
+    k: usize,
+) -> anyhow::Result<DrainRun> {
     let (n, p) = (s.drain_nodes, s.drain_pods_per_node);
-    let nodes: Vec<String> = (0..n).map(|i| format!("drain-{i:04}")).collect();
-    create_nodes(&client, &nodes).await?;
+    let run = format!("run-{k}");
+    let nodes: Vec<String> = (0..n).map(|i| format!("drain-{k}-{i:04}")).collect();
+    create_nodes(client, &nodes, &run).await?;
     let ns = c.namespace("bench-drain").await;
     let t = Instant::now();
     let far = Instant::now() + Duration::from_secs(3600);
-    let pods = create_pods(&client, &ns, "p", 0..n * p, far, |name, i| {
+    let pods = create_pods(client, &ns, "p", 0..n * p, far, |name, i| {
         support::fixtures::pod(name).on_node(&nodes[i % n]).build()
     })
     .await?;
     let create_seconds = t.elapsed().as_secs_f64();
     eprintln!(
-        "[drain] {} nodes, {} pods created in {create_seconds:.1}s",
-        n,
+        "[drain] run {}/{}: {n} nodes, {} pods created in {create_seconds:.1}s",
+        k + 1,
+        s.drain_runs,
         pods.len()
     );
     let total = pods.len();
     drop(pods);
 
-    let flags = support::evictord::FAST;
-    let e = support::Evictord::start(c, flags).await;
+    let e = support::Evictord::start(c, support::evictord::FAST).await;
     e.register_webhooks(c, "evictord").await;
     let pid = e
         .pid()
         .ok_or_else(|| anyhow::anyhow!("evictord has no pid"))?;
 
+    let name = format!("bench-drain-{k}");
     let nm: NodeMaintenance = serde_json::from_value(json!({
         "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": "bench-drain"},
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": LABEL, "operator": "Exists"}]}
+                {"matchExpressions": [{"key": LABEL, "operator": "In", "values": [run]}]}
             ]},
             "stage": "Drain",
             "reason": "benchmark",
         }
     }))?;
     let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let before = apiserver_counters(client).await?;
     let t0 = Instant::now();
     api.create(&PostParams::default(), &nm).await?;
     let mut drained = false;
     let mut last_log = Instant::now();
     while t0.elapsed() < GIVE_UP {
         tokio::time::sleep(POLL).await;
-        let Ok(nm) = api.get("bench-drain").await else {
+        let Ok(nm) = api.get(&name).await else {
             continue;
         };
         if nm
@@ -136,7 +180,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<DrainResults> {
         }
         if last_log.elapsed() >= Duration::from_secs(30) {
             last_log = Instant::now();
-            let left = pods_remaining(&client, &ns).await.unwrap_or(usize::MAX);
+            let left = pods_remaining(client, &ns).await.unwrap_or(usize::MAX);
             eprintln!(
                 "[drain] {:.0}s: {left}/{total} pods remaining",
                 t0.elapsed().as_secs_f64()
@@ -144,9 +188,10 @@ pub async fn run(s: &Settings) -> anyhow::Result<DrainResults> {
         }
     }
     let drain_seconds = t0.elapsed().as_secs_f64();
+    let after = apiserver_counters(client).await?;
     let evictord_peak_rss_bytes = status_bytes(pid, "VmHWM:")?;
     let evictord_rss_bytes = status_bytes(pid, "VmRSS:")?;
-    let remaining = pods_remaining(&client, &ns).await?;
+    let remaining = pods_remaining(client, &ns).await?;
     let evicted = total.saturating_sub(remaining);
     eprintln!(
         "[drain] {}: {evicted}/{total} pods evicted in {drain_seconds:.1}s ({:.0}/s), peak RSS {:.1} MiB",
@@ -160,12 +205,14 @@ pub async fn run(s: &Settings) -> anyhow::Result<DrainResults> {
             support::control_plane::tail(&e.logs(), 40)
         );
     }
-    Ok(DrainResults {
-        nodes: n,
-        pods_per_node: p,
+    let per_pod = |metric: &str| per_pod(&before, &after, metric, evicted);
+    let api_requests_per_pod = per_pod(REQUESTS);
+    let webhook_calls_per_pod = per_pod(WEBHOOK_CALLS);
+    clean_up(client, &api, &name, &ns, &run).await?;
+    drop(e);
+    Ok(DrainRun {
         pods: total,
         create_seconds,
-        evictord_flags: flags.iter().map(|f| f.to_string()).collect(),
         drained,
         drain_seconds,
         pods_evicted: evicted,
@@ -173,6 +220,110 @@ pub async fn run(s: &Settings) -> anyhow::Result<DrainResults> {
         evictions_per_second: evicted as f64 / drain_seconds.max(1e-9),
         evictord_peak_rss_bytes,
         evictord_rss_bytes,
-        give_up_seconds: GIVE_UP.as_secs(),
+        api_requests_per_pod,
+        webhook_calls_per_pod,
     })
+}
+
+const REQUESTS: &str = "apiserver_request_total";
+const WEBHOOK_CALLS: &str = "apiserver_admission_webhook_admission_duration_seconds_count";
+
+/// kube-apiserver's request and webhook-call counters, keyed `metric|VERB resource[/sub] code` and
+/// `metric|webhook name`.
+async fn apiserver_counters(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(vec![])?)
+        .await?;
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
+        let label = |k: &str| {
+            labels
+                .split("\",")
+                .find_map(|kv| kv.trim_start_matches(',').strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches(['"', '}']).to_string())
+                .unwrap_or_default()
+        };
+        let key = match metric {
+            REQUESTS => {
+                let sub = label("subresource");
+                let resource = if sub.is_empty() {
+                    label("resource")
+                } else {
+                    format!("{}/{sub}", label("resource"))
+                };
+                format!("{metric}|{} {resource} {}", label("verb"), label("code"))
+            }
+            WEBHOOK_CALLS => format!("{metric}|{} ({})", label("name"), label("operation")),
+            _ => continue,
+        };
+        *out.entry(key).or_insert(0.0) += value;
+    }
+    Ok(out)
+}
+
+/// The increase of each series of `metric` per evicted pod, largest first, above 0.01.
+fn per_pod(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    metric: &str,
+    evicted: usize,
+) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = after
+        .iter()
+        .filter_map(|(k, a)| {
+            let name = k.strip_prefix(metric)?.strip_prefix('|')?;
+            let d = a - before.get(k).copied().unwrap_or(0.0);
+            let per = d / evicted.max(1) as f64;
+            (per >= 0.01).then(|| (name.to_string(), per))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
+}
+
+/// With evictord still running (it removes the maintenance's finalizer): deletes the
+/// maintenance, the run's EvictionRequests, its remaining pods and nodes, then the webhook
+/// registration.
+async fn clean_up(
+    client: &Client,
+    api: &Api<NodeMaintenance>,
+    name: &str,
+    ns: &str,
+    run: &str,
+) -> anyhow::Result<()> {
+    api.delete(name, &DeleteParams::default()).await?;
+    let gone = Instant::now();
+    while api.get_opt(name).await?.is_some() {
+        anyhow::ensure!(
+            gone.elapsed() < Duration::from_secs(120),
+            "NodeMaintenance {name} was not deleted within 120s"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    delete_requests(client, ns).await?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    Api::<Node>::all(client.clone())
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("{LABEL}={run}")),
+        )
+        .await?;
+    unregister_webhooks(client).await
+}
+
+async fn pods_remaining(client: &Client, ns: &str) -> anyhow::Result<usize> {
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len())
 }

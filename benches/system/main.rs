@@ -24,6 +24,7 @@ mod drain;
 mod limit_server;
 mod loadgen;
 mod memory;
+mod replay;
 mod report;
 mod settings;
 mod webhook;
@@ -109,7 +110,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 Some(_) => {
                     if settings.parts.contains("memory") {
-                        report.memory = Some(memory::run(&settings).await.map_err(|e| format!("{e:#}")));
+                        report.memory = Some(memory::run(&settings, &dir).await.map_err(|e| format!("{e:#}")));
                         report.write(&dir)?;
                     }
                     if settings.parts.contains("controllers") {

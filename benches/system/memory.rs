@@ -4,6 +4,11 @@
 //! the pod cache holds all N pods), settles, and its RSS is read from `/proc/PID/status`. The
 //! per-pod cost is the least-squares slope of RSS over N; levels the control plane could not
 //! reach in time are extrapolated from that slope and labelled as such.
+//!
+//! Beyond what the control plane holds, the pods are replayed ([`crate::replay`]): a recording
+//! of real pods from this control plane, served as the cluster-wide pod list by a proxy in
+//! front of it, at each level of `EVICTORD_BENCH_REPLAY_PODS` and at the largest real level
+//! (so the report can compare the replayed feed with the real one at the same size).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,7 +21,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::settings::Settings;
-use crate::support;
+use crate::{replay, support};
 
 /// Parallel API calls of the pod creator.
 const CREATORS: usize = 32;
@@ -37,6 +42,19 @@ pub struct Level {
     pub bytes_per_pod: Option<f64>,
 }
 
+/// RSS with the pod cache fed by the replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayResults {
+    pub levels: Vec<Level>,
+    /// Median seconds from start to ready (every cache listed), per level.
+    pub median_ready_seconds: Vec<(usize, f64)>,
+    pub recorded_pods: usize,
+    pub recording_bytes: usize,
+    pub recording_path: String,
+    /// Replayed median RSS ÷ real median RSS at the largest real level.
+    pub replay_vs_real: Option<(usize, f64)>,
+}
+
 /// Part 2 results.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemoryResults {
@@ -53,6 +71,7 @@ pub struct MemoryResults {
     pub create_per_second: f64,
     pub requested_levels: Vec<usize>,
     pub note: Option<String>,
+    pub replay: Option<Result<ReplayResults, String>>,
 }
 
 /// A realistic Deployment pod (about 1.5 KiB of JSON): labels, a ReplicaSet owner, a node, one
@@ -213,8 +232,115 @@ async fn fresh_rss(c: &support::TestCluster) -> anyhow::Result<(u64, u64)> {
     Ok((rss, peak))
 }
 
+/// Pods recorded for the replay.
+const RECORDED: usize = 1000;
+/// How long a replayed level may take to become ready.
+const REPLAY_READY: Duration = Duration::from_secs(300);
+
+/// RSS, peak RSS and seconds to ready of a fresh `evictord serve` whose pod cache is fed by a
+/// replay of `pods` pods.
+async fn replay_rss(
+    c: &support::TestCluster,
+    client: &Client,
+    recording: &std::sync::Arc<replay::Recording>,
+    pods: usize,
+) -> anyhow::Result<(u64, u64, f64)> {
+    let proxy = replay::start(client.clone(), recording.clone(), pods, &c.dir).await?;
+    let started = Instant::now();
+    let e = support::Evictord::spawn(
+        c,
+        &[],
+        support::evictord::SpawnOptions {
+            kubeconfig: Some(proxy.kubeconfig.clone()),
+            ..Default::default()
+        },
+    );
+    let pid = e
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("evictord did not start"))?;
+    loop {
+        if let Some((200, _)) = e.probe("/readyz").await {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < REPLAY_READY,
+            "evictord fed {pods} replayed pods was not ready within {}s:\n{}",
+            REPLAY_READY.as_secs(),
+            support::control_plane::tail(&e.logs(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = status_bytes(pid, "VmRSS:")?;
+    let peak = status_bytes(pid, "VmHWM:")?;
+    drop(e);
+    drop(proxy);
+    Ok((rss, peak, ready))
+}
+
+/// The replayed levels: `counts` and the largest real level (for the comparison).
+async fn run_replay(
+    s: &Settings,
+    c: &support::TestCluster,
+    client: &Client,
+    ns: &str,
+    real: &[Level],
+    idle: Option<u64>,
+    report_dir: &Path,
+) -> anyhow::Result<ReplayResults> {
+    let recording = std::sync::Arc::new(replay::record(client, ns, RECORDED, report_dir).await?);
+    let largest_real = real.iter().filter(|l| l.pods > 0).max_by_key(|l| l.pods);
+    let mut counts = s.replay_pod_counts.clone();
+    counts.extend(largest_real.map(|l| l.pods));
+    counts.sort_unstable();
+    counts.dedup();
+    let mut levels = Vec::new();
+    let mut ready_times = Vec::new();
+    for &n in &counts {
+        let (mut rss, mut peaks, mut ready) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..s.runs {
+            let (r, p, t) = replay_rss(c, client, &recording, n).await?;
+            eprintln!(
+                "[memory] {n} replayed pods cached, run {}/{}: RSS {:.1} MiB, ready in {t:.1} s",
+                run + 1,
+                s.runs,
+                r as f64 / 1048576.0
+            );
+            rss.push(r);
+            peaks.push(p);
+            ready.push((t * 1000.0) as u64);
+        }
+        let median_rss = median_u64(&rss);
+        levels.push(Level {
+            pods: n,
+            median_rss_bytes: median_rss,
+            median_peak_rss_bytes: median_u64(&peaks),
+            rss_bytes: rss,
+            bytes_per_pod: idle.map(|i| (median_rss as f64 - i as f64) / n as f64),
+        });
+        ready_times.push((n, median_u64(&ready) as f64 / 1000.0));
+    }
+    let replay_vs_real = largest_real.and_then(|r| {
+        levels.iter().find(|l| l.pods == r.pods).map(|l| {
+            (
+                r.pods,
+                l.median_rss_bytes as f64 / r.median_rss_bytes as f64,
+            )
+        })
+    });
+    Ok(ReplayResults {
+        levels,
+        median_ready_seconds: ready_times,
+        recorded_pods: recording.items.len(),
+        recording_bytes: recording.bytes,
+        recording_path: recording.path.display().to_string(),
+        replay_vs_real,
+    })
+}
+
 /// Runs part 2.
-pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
+pub async fn run(s: &Settings, report_dir: &Path) -> anyhow::Result<MemoryResults> {
     let c = support::cluster().await;
     support::evictord::install_crds(c).await;
     let client = c.client().await;
@@ -300,12 +426,25 @@ pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
         }
         _ => None,
     };
+    let replay = if s.replay_pod_counts.is_empty() {
+        None
+    } else {
+        Some(
+            run_replay(s, c, &client, &ns, &levels, idle, report_dir)
+                .await
+                .map_err(|e| format!("{e:#}")),
+        )
+    };
+    let replayed: Vec<usize> = match &replay {
+        Some(Ok(r)) => r.levels.iter().map(|l| l.pods).collect(),
+        _ => Vec::new(),
+    };
     let max_measured = levels.iter().map(|l| l.pods).max().unwrap_or(0);
     let extrapolated = per_pod
         .map(|b| {
             EXTRAPOLATE
                 .iter()
-                .filter(|&&n| n > max_measured)
+                .filter(|&&n| n > max_measured && !replayed.contains(&n))
                 .map(|&n| (n, (base as f64 + b * n as f64) as u64))
                 .collect()
         })
@@ -321,5 +460,6 @@ pub async fn run(s: &Settings) -> anyhow::Result<MemoryResults> {
         create_per_second: created as f64 / create_time.as_secs_f64().max(1e-9),
         requested_levels: counts,
         note,
+        replay,
     })
 }

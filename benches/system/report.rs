@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::controllers::ControllerResults;
 use crate::drain::DrainResults;
-use crate::memory::MemoryResults;
+use crate::memory::{MemoryResults, ReplayResults};
 use crate::settings::Settings;
 use crate::webhook::{ServerRun, WebhookResults};
 
@@ -377,6 +377,7 @@ impl Report {
         if let Some(n) = &mem.note {
             o += &format!("\nNote: {n}\n");
         }
+        o += &replay_md(mem.replay.as_ref());
         o + "\n"
     }
 
@@ -468,33 +469,95 @@ impl Report {
             Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
             Some(Ok(d)) => d,
         };
+        let pods = d.nodes * d.pods_per_node;
         o += &format!(
-            "**One run** (it is long; not repeated by `EVICTORD_BENCH_RUNS`). {} nodes × {} pods = **{} pods** (created in {:.0} s), bound by `spec.nodeName`, `terminationGracePeriodSeconds: 0`, no interceptors, no PDBs; a fresh `evictord serve` (all controllers, webhook registered, flags `{}`) started after the pods exist; one NodeMaintenance with `stage: Drain` selecting the nodes' label (`matchExpressions` `Exists`). Time from its create to `Drained=True` in its status, polled every 500 ms (±0.5 s), given up after {} s.\n\n| figure | value |\n|---|---|\n",
+            "{} nodes × {} pods = **{pods} pods**, bound by `spec.nodeName`, `terminationGracePeriodSeconds: 0`, no interceptors, no PDBs; a fresh `evictord serve` per run (all controllers, webhook registered, flags `{}`) started after the pods exist; one NodeMaintenance with `stage: Drain` selecting that run's nodes by label. Time from its create to `Drained=True` in its status, polled every 500 ms (±0.5 s), given up after {} s. {} runs, each on its own nodes and namespace; the maintenance, its requests, nodes and webhook registration removed between runs.\n\n| figure | median | runs |\n|---|---|---|\n",
             d.nodes,
             d.pods_per_node,
-            d.pods,
-            d.create_seconds,
             d.evictord_flags.join(" "),
-            d.give_up_seconds
+            d.give_up_seconds,
+            d.runs.len()
         );
-        if d.drained {
+        let each = |f: &dyn Fn(&crate::drain::DrainRun) -> String| {
+            d.runs.iter().map(f).collect::<Vec<_>>().join(", ")
+        };
+        let all_drained = d.runs.iter().all(|r| r.drained);
+        o += &format!(
+            "| create → `Drained=True` | **{:.1} s**{} | {} |\n",
+            d.median_drain_seconds,
+            if all_drained {
+                ""
+            } else {
+                " (some runs did not reach it)"
+            },
+            each(&|r| if r.drained {
+                format!("{:.1} s", r.drain_seconds)
+            } else {
+                format!(
+                    "not reached in {:.0} s ({} of {} pods left)",
+                    r.drain_seconds, r.pods_remaining, r.pods
+                )
+            })
+        );
+        o += &format!(
+            "| evictions/s (pods evicted ÷ that time) | **{:.0}/s** | {} |\n| evictord peak RSS (`VmHWM` at the end) | **{}** | {} |\n| pods created before the run (s) | | {} |\n\n",
+            d.median_evictions_per_second,
+            each(&|r| format!("{:.0}/s", r.evictions_per_second)),
+            mib(d.median_peak_rss_bytes),
+            each(&|r| mib(r.evictord_peak_rss_bytes as f64)),
+            each(&|r| format!("{:.0}", r.create_seconds)),
+        );
+        if let Some(r) = d.runs.last() {
+            let fmt = |v: &[(String, f64)]| {
+                v.iter()
+                    .map(|(k, n)| format!("`{k}` {n:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             o += &format!(
-                "| create → `Drained=True` | **{:.1} s** |\n",
-                d.drain_seconds
-            );
-        } else {
-            o += &format!(
-                "| create → `Drained=True` | **not reached** within {:.0} s: {} of {} pods remaining |\n",
-                d.drain_seconds, d.pods_remaining, d.pods
+                "Where the control plane's work goes (last run; kube-apiserver's own counters, every client, per pod evicted): requests {}; admission webhook calls {}.\n\n",
+                fmt(&r.api_requests_per_pod),
+                fmt(&r.webhook_calls_per_pod)
             );
         }
-        o += &format!(
-            "| evictions/s (pods evicted ÷ that time) | **{:.0}/s** ({} evicted) |\n| evictord peak RSS (`VmHWM` at the end) | **{}** (RSS at the end {}) |\n\n",
-            d.evictions_per_second,
-            d.pods_evicted,
-            mib(d.evictord_peak_rss_bytes as f64),
-            mib(d.evictord_rss_bytes as f64)
-        );
         o
     }
+}
+
+/// The replayed levels of the memory part.
+fn replay_md(replay: Option<&Result<ReplayResults, String>>) -> String {
+    let r = match replay {
+        None => return String::new(),
+        Some(Err(e)) => return format!("\n### Replayed pods\n\n**Failed**: {e}\n"),
+        Some(Ok(r)) => r,
+    };
+    let mut o = format!(
+        "\n### Replayed pods (beyond what the control plane holds)\n\n{} real pods recorded from this control plane ({} bytes of list response, `{}`); a plain-HTTP proxy in front of kube-apiserver answers the cluster-wide pod list with N copies of them (renamed, own uid and resourceVersion; `resourceVersion=0` answered whole, as the v1.20 watch cache does) and an idle watch, and forwards every other request. Each level: a fresh `evictord serve` (all controllers) with a kubeconfig pointing at the proxy, ready, 3 s settle, `VmRSS`.\n\n| pods cached (replayed) | median RSS | runs | (RSS − idle) / pods | median peak RSS (VmHWM) | start → ready |\n|---|---|---|---|---|---|\n",
+        r.recorded_pods, r.recording_bytes, r.recording_path
+    );
+    for l in &r.levels {
+        let ready = r
+            .median_ready_seconds
+            .iter()
+            .find(|(n, _)| *n == l.pods)
+            .map_or("-".into(), |(_, t)| format!("{t:.1} s"));
+        o += &format!(
+            "| {} | **{}** | {} | {} | {} | {ready} |\n",
+            l.pods,
+            mib(l.median_rss_bytes as f64),
+            l.rss_bytes
+                .iter()
+                .map(|b| mib(*b as f64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
+            mib(l.median_peak_rss_bytes as f64)
+        );
+    }
+    if let Some((n, ratio)) = r.replay_vs_real {
+        o += &format!(
+            "\nReplayed vs real feed at {n} pods: median RSS ratio **{ratio:.2}** (1.00 = the replay costs evictord what the real control plane does).\n"
+        );
+    }
+    o
 }

@@ -1,5 +1,5 @@
 //! The benchmark's knobs, from environment variables (defaults fit `make bench` on two cores in
-//! well under 20 minutes, plus the drain part: up to 15 minutes more, given up after that):
+//! well under 20 minutes; a drain run is given up after 15 minutes):
 //!
 //! | variable | default | what |
 //! |---|---|---|
@@ -11,10 +11,12 @@
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
 //! | `EVICTORD_BENCH_PODS` | `0,5000,10000,50000` | cached pod counts for the memory part |
+//! | `EVICTORD_BENCH_REPLAY_PODS` | `150000` | cached pod counts replayed from a recording (memory part; empty: none) |
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
 //! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates per webhook on/off round |
-//! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part (one run, not `EVICTORD_BENCH_RUNS`) |
+//! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
+//! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |
 
 use std::collections::BTreeSet;
@@ -32,9 +34,11 @@ pub struct Settings {
     pub fixed_rate_time: Duration,
     pub rates: Vec<u64>,
     pub pod_counts: Vec<usize>,
+    pub replay_pod_counts: Vec<usize>,
     pub evictions: usize,
     pub handoffs: usize,
     pub creates: usize,
+    pub drain_runs: usize,
     pub drain_nodes: usize,
     pub drain_pods_per_node: usize,
     /// The variables that were set, for the report.
@@ -79,12 +83,18 @@ impl Settings {
             Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
         let rates = list(&var("EVICTORD_BENCH_RATES", "1000,5000"))?;
         let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,5000,10000,50000"))?;
+        let replay_pod_counts = list(&var("EVICTORD_BENCH_REPLAY_PODS", "150000"))?;
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
         let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
+        let drain_runs = var("EVICTORD_BENCH_DRAIN_RUNS", "3").parse()?;
         let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
         let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        anyhow::ensure!(
+            drain_runs >= 1,
+            "EVICTORD_BENCH_DRAIN_RUNS must be at least 1"
+        );
         anyhow::ensure!(
             drain_nodes >= 1,
             "EVICTORD_BENCH_DRAIN_NODES must be at least 1"
@@ -99,9 +109,11 @@ impl Settings {
             fixed_rate_time,
             rates,
             pod_counts,
+            replay_pod_counts,
             evictions,
             handoffs,
             creates,
+            drain_runs,
             drain_nodes,
             drain_pods_per_node,
             overrides,
