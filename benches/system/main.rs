@@ -91,7 +91,9 @@ fn main() -> anyhow::Result<()> {
         if settings.parts.contains("webhook") {
             // The load generator on CPU 0, the servers on CPU 1 (see webhook::pinned).
             let pinned = cpus() >= 2 && pin_self("0");
+            let t = std::time::Instant::now();
             let result = webhook::run(&settings, scratch.path()).await;
+            report.meta.part_seconds.push(("webhook".into(), t.elapsed().as_secs_f64()));
             if pinned {
                 pin_self(&format!("0-{}", cpus() - 1));
             }
@@ -110,16 +112,22 @@ fn main() -> anyhow::Result<()> {
                 }
                 Some(_) => {
                     if settings.parts.contains("memory") {
+                        let t = std::time::Instant::now();
                         report.memory = Some(memory::run(&settings, &dir).await.map_err(|e| format!("{e:#}")));
+                        report.meta.part_seconds.push(("memory".into(), t.elapsed().as_secs_f64()));
                         report.write(&dir)?;
                     }
                     if settings.parts.contains("controllers") {
+                        let t = std::time::Instant::now();
                         report.controllers =
                             Some(controllers::run(&settings).await.map_err(|e| format!("{e:#}")));
+                        report.meta.part_seconds.push(("controllers".into(), t.elapsed().as_secs_f64()));
                         report.write(&dir)?;
                     }
                     if settings.parts.contains("drain") {
+                        let t = std::time::Instant::now();
                         report.drain = Some(drain::run(&settings).await.map_err(|e| format!("{e:#}")));
+                        report.meta.part_seconds.push(("drain".into(), t.elapsed().as_secs_f64()));
                     }
                 }
             }

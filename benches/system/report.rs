@@ -26,6 +26,8 @@ pub struct Meta {
     pub commands: Vec<String>,
     pub overrides: Vec<(String, String)>,
     pub git_commit: String,
+    /// Wall-clock seconds of each part of this process, in order.
+    pub part_seconds: Vec<(String, f64)>,
 }
 
 /// The whole report; a part that failed holds its error message.
@@ -159,6 +161,7 @@ impl Report {
                 ],
                 overrides: s.overrides.clone(),
                 git_commit: sh("git", &["rev-parse", "--short", "HEAD"]),
+                part_seconds: Vec::new(),
             },
             webhook: None,
             memory: None,
@@ -202,6 +205,17 @@ impl Report {
             m.load_average_end.as_deref().unwrap_or("-"),
             m.git_commit,
         );
+        if !m.part_seconds.is_empty() {
+            o += &format!(
+                "- **Wall-clock time of the system benchmarks**: {:.0} s ({})\n\n",
+                m.part_seconds.iter().map(|(_, t)| t).sum::<f64>(),
+                m.part_seconds
+                    .iter()
+                    .map(|(p, t)| format!("{p} {t:.0} s"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         o += "Every figure is the **median of the runs** listed in `report.json` next to this file; ratios are computed per run (both sides measured minutes apart at most, same processes) and the median ratio is quoted. The machine is shared (other builds and tests may run): treat differences under ~20% as noise.\n\n";
         o += "Commands:\n\n```sh\n";
         for c in &m.commands {
