@@ -218,6 +218,41 @@ async fn authorization_e8_u5_d1() {
         .expect("D1 allowed with delete pods");
 }
 
+/// E8 with `delete` on one pod only (`resourceNames`): the namespace-wide question is answered
+/// no, so the pod itself is asked about; a request for that pod is allowed, for another denied.
+#[tokio::test]
+async fn authorization_e8_by_resource_name() {
+    let (client, ns) = setup("adm-authz-name").await;
+    let c = support::cluster().await;
+    let user = format!("one-pod-{ns}");
+    limited_user(&client, &ns, &user).await;
+    let uid1 = pod_uid(&client, &ns, "p1").await;
+    let uid2 = pod_uid(&client, &ns, "p2").await;
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "p1-deleter"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "resourceNames": ["p1"], "verbs": ["delete"]}]})).unwrap();
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let rb: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "p1-deleter"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "p1-deleter"},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &rb)
+        .await
+        .unwrap();
+    let as_user = c.client_as(&user, &["system:authenticated"]).await;
+    create_er(&as_user, &ns, er(&uid1, "p1", &uid1, &["a.example.com"]))
+        .await
+        .expect("E8 allowed: the user may delete p1");
+    denied(
+        create_er(&as_user, &ns, er(&uid2, "p2", &uid2, &["a.example.com"])).await,
+        "E8",
+    );
+}
+
 async fn status_patch(
     api: &Api<EvictionRequest>,
     name: &str,

@@ -1,5 +1,12 @@
 //! Access checks through SubjectAccessReview, with the requesting user's name, groups, uid and
 //! extra, and a short-lived cache of verdicts (a burst of writes by one user costs one review).
+//!
+//! A check about one object is first asked about every object of the resource in the
+//! namespace ([`namespace_wide`]): a SubjectAccessReview without a name asks about all names,
+//! so "allowed" there means allowed for each one, and a drain that creates requests for
+//! thousands of pods of a namespace costs one review per namespace and TTL instead of one per
+//! pod. Only when the namespace-wide answer is no (permission limited by `resourceNames`, or
+//! none at all) is the object itself asked about, and that answer is the verdict.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -38,6 +45,15 @@ impl Authorizer {
     /// # Errors
     /// When the SubjectAccessReview cannot be created.
     pub async fn check(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
+        if let Some(wide) = namespace_wide(check)
+            && self.cached_or_reviewed(&wide).await? == Authorization::Allowed
+        {
+            return Ok(Authorization::Allowed);
+        }
+        self.cached_or_reviewed(check).await
+    }
+
+    async fn cached_or_reviewed(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
         let key = format!("{check:?}");
         if let Some((verdict, at)) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned())
             && at.elapsed() < TTL
@@ -85,5 +101,44 @@ impl Authorizer {
                 .unwrap_or_else(|| "no RBAC rule allows it".into());
             Authorization::Denied(reason)
         })
+    }
+}
+
+/// The same check about every object of the resource (in the same namespace), when `check` is
+/// about one object: allowed there implies allowed for that object.
+pub fn namespace_wide(check: &AccessCheck) -> Option<AccessCheck> {
+    check.name.as_ref()?;
+    Some(AccessCheck {
+        name: None,
+        ..check.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    fn check(namespace: Option<&str>, name: Option<&str>) -> AccessCheck {
+        AccessCheck {
+            user: Default::default(),
+            verb: "delete",
+            group: "",
+            resource: "pods",
+            namespace: namespace.map(String::from),
+            name: name.map(String::from),
+        }
+    }
+
+    #[rstest]
+    #[case::one_pod_asks_its_namespace_first(
+        check(Some("shop"), Some("web-1")),
+        Some(check(Some("shop"), None))
+    )]
+    #[case::one_node_asks_all_nodes_first(check(None, Some("node-1")), Some(check(None, None)))]
+    #[case::already_namespace_wide(check(Some("shop"), None), None)]
+    fn namespace_wide_rows(#[case] given: AccessCheck, #[case] expected: Option<AccessCheck>) {
+        assert_eq!(namespace_wide(&given), expected);
     }
 }
