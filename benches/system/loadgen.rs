@@ -131,11 +131,35 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// The request bodies of a run, sent in turn (all connections share the turn).
+#[derive(Clone)]
+pub struct Bodies {
+    bodies: Arc<[Bytes]>,
+    next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Bodies {
+    /// At least one body.
+    pub fn new(bodies: Vec<Bytes>) -> Self {
+        assert!(!bodies.is_empty(), "no request body");
+        Self {
+            bodies: bodies.into(),
+            next: Default::default(),
+        }
+    }
+
+    /// The next body in turn.
+    pub fn next(&self) -> &Bytes {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.bodies[i % self.bodies.len()]
+    }
+}
+
 /// Closed loop on `connections` keep-alive connections: `warmup`, then `duration` measured.
 /// With `server_pid`, the server's CPU time over the measured window is recorded too.
 pub async fn saturate(
     target: &Target,
-    body: Bytes,
+    bodies: Bodies,
     connections: usize,
     warmup: Duration,
     duration: Duration,
@@ -155,10 +179,10 @@ pub async fn saturate(
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for mut conn in conns {
-        let (body, done, errors) = (body.clone(), done.clone(), errors.clone());
+        let (bodies, done, errors) = (bodies.clone(), done.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < end {
-                let ok = conn.review(&body).await;
+                let ok = conn.review(bodies.next()).await;
                 let t = Instant::now();
                 if t >= start && t < end {
                     match ok {
@@ -223,7 +247,7 @@ fn ms(d: Duration) -> f64 {
 /// Open loop at `rate` requests/s for `duration`, on `connections` keep-alive connections.
 pub async fn fixed_rate(
     target: &Target,
-    body: Bytes,
+    bodies: Bodies,
     rate: u64,
     duration: Duration,
     connections: usize,
@@ -253,7 +277,7 @@ pub async fn fixed_rate(
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for mut conn in conns {
-        let (body, rx, errors) = (body.clone(), rx.clone(), errors.clone());
+        let (bodies, rx, errors) = (bodies.clone(), rx.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             loop {
@@ -262,7 +286,7 @@ pub async fn fixed_rate(
                     tokio::time::timeout_at(deadline.into(), rx.recv()).await
                 };
                 let Ok(Some(at)) = next else { break };
-                match conn.review(&body).await {
+                match conn.review(bodies.next()).await {
                     Ok(true) => samples.push(Instant::now().saturating_duration_since(at)),
                     Ok(false) => {
                         errors.fetch_add(1, Ordering::Relaxed);

@@ -275,6 +275,16 @@ impl Report {
             w.fixed_rate_s,
             w.runs
         );
+        match (&w.create_targets, &w.create_skipped) {
+            (Some(n), _) => {
+                o += &format!(
+                    "EvictionRequest creates (`evictionrequest_create_cached_pod`) go to a second `evictord serve` connected to kube-apiserver v1.20 (`--controllers=none`: webhook and caches only), with {n} real pods in its cache; each review targets another of those pods in turn, by a user in `system:masters`: E7 finds the pod in the cache, E8 asks kube-apiserver a SubjectAccessReview whenever its 5 s verdict cache has no answer for that user and pod (so about {n} every 5 s at any rate above {:.0} req/s). kube-apiserver and etcd are not pinned: they share both CPUs with the load.\n\n",
+                    *n as f64 / 5.0
+                );
+            }
+            (None, Some(why)) => o += &format!("Not measured: {why}.\n\n"),
+            (None, None) => {}
+        }
         for b in &w.bodies {
             o += &format!(
                 "### {} ({} bytes, `POST {}`)\n\n| | limit server | evictord | evictord / limit |\n|---|---|---|---|\n",

@@ -14,8 +14,8 @@ use jiff::{Timestamp, ToSpan};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::fixture::{ANNOTATION, HEARTBEAT, POD, review};
-use crate::loadgen::{self, FixedRate, Saturation, Target};
+use crate::fixture::{ANNOTATION, EVICTION_REQUEST, HEARTBEAT, POD, review};
+use crate::loadgen::{self, Bodies, FixedRate, Saturation, Target};
 use crate::settings::Settings;
 
 /// A server process started by the benchmark.
@@ -70,40 +70,121 @@ fn wait_listening(server: &mut Server, log: &Path) -> anyhow::Result<()> {
     )
 }
 
-/// Starts `evictord serve` in offline mode (no kubeconfig anywhere) on a free port.
-pub fn start_evictord(cert_dir: &Path, scratch: &Path) -> anyhow::Result<Server> {
+/// Starts `evictord serve` on a free port: in offline mode (no kubeconfig anywhere), or with
+/// `kubeconfig` and its controllers off (only the webhook and the caches it reads), then waits
+/// until it is ready (every cache listed).
+pub async fn start_evictord(
+    cert_dir: &Path,
+    scratch: &Path,
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<Server> {
     let addr = free_addr();
     let probe = free_addr();
-    let log = scratch.join("evictord-offline.log");
+    let mode = if kubeconfig.is_some() {
+        "online"
+    } else {
+        "offline"
+    };
+    let log = scratch.join(format!("evictord-{mode}.log"));
+    let err = scratch.join(format!("evictord-{mode}.err"));
     let home = scratch.join("home");
     std::fs::create_dir_all(&home)?;
-    let child = pinned(1, Path::new(crate::EVICTORD))
-        .arg("serve")
+    let mut cmd = pinned(1, Path::new(crate::EVICTORD));
+    cmd.arg("serve")
         .arg(format!("--webhook-addr={addr}"))
         .arg(format!("--probe-addr={probe}"))
         .arg(format!("--cert-dir={}", cert_dir.display()))
-        .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .env("HOME", &home)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log)?)
-        .stderr(std::fs::File::create(scratch.join("evictord-offline.err"))?)
-        .spawn()?;
+        .stderr(std::fs::File::create(&err)?);
+    match kubeconfig {
+        Some(k) => cmd
+            .arg(format!("--kubeconfig={}", k.display()))
+            .arg("--controllers=none"),
+        None => cmd.env("KUBECONFIG", "/nonexistent/kubeconfig"),
+    };
     let mut server = Server {
         name: "evictord",
-        child,
+        child: cmd.spawn()?,
         addr,
     };
     wait_listening(&mut server, &log)?;
-    let out = std::fs::read_to_string(&log).unwrap_or_default()
-        + &std::fs::read_to_string(scratch.join("evictord-offline.err")).unwrap_or_default();
-    anyhow::ensure!(
-        out.contains("OFFLINE MODE"),
-        "evictord did not start in offline mode:\n{out}"
-    );
-    Ok(server)
+    let output = || {
+        std::fs::read_to_string(&log).unwrap_or_default()
+            + &std::fs::read_to_string(&err).unwrap_or_default()
+    };
+    if kubeconfig.is_none() {
+        let out = output();
+        anyhow::ensure!(
+            out.contains("OFFLINE MODE"),
+            "evictord did not start in offline mode:\n{out}"
+        );
+    }
+    for _ in 0..600 {
+        if let Some((200, _)) = crate::support::evictord::http_get(probe.port(), "/readyz").await {
+            return Ok(server);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("evictord ({mode}) was not ready within 60s:\n{}", output())
+}
+
+/// EvictionRequest creates need a cluster: an evictord connected to kube-apiserver with
+/// [`CREATE_TARGETS`] pods in its cache, and one create review per pod.
+struct Online {
+    server: Server,
+    bodies: Vec<Bytes>,
+}
+
+/// Pods the EvictionRequest create reviews target, one review each, sent in turn.
+const CREATE_TARGETS: usize = 2000;
+
+async fn start_online(cert_dir: &Path, scratch: &Path) -> anyhow::Result<Online> {
+    let c = crate::support::cluster().await;
+    crate::support::evictord::install_crds(c).await;
+    let client = c.client().await;
+    let ns = c.namespace("bench-webhook").await;
+    let far = std::time::Instant::now() + Duration::from_secs(600);
+    let pods = crate::memory::create_pods(
+        &client,
+        &ns,
+        "web-7d9c6b5f4",
+        0..CREATE_TARGETS,
+        far,
+        crate::memory::bench_pod,
+    )
+    .await?;
+    let server = start_evictord(cert_dir, scratch, Some(&c.kubeconfig)).await?;
+    let bodies = pods
+        .iter()
+        .map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            Bytes::from(create_body(&ns, &name, &uid))
+        })
+        .collect();
+    Ok(Online { server, bodies })
+}
+
+/// The EvictionRequest create fixture for pod `ns/name` (uid `uid`), by a user that may delete
+/// it (`system:masters`, so E8's SubjectAccessReview allows).
+fn create_body(ns: &str, name: &str, uid: &str) -> Vec<u8> {
+    review(EVICTION_REQUEST)
+        .set("/request/name", uid)
+        .set("/request/namespace", ns)
+        .set("/request/object/metadata/name", uid)
+        .set("/request/object/metadata/namespace", ns)
+        .set("/request/object/spec/target/pod/name", name)
+        .set("/request/object/spec/target/pod/uid", uid)
+        .set(
+            "/request/userInfo",
+            serde_json::json!({"username": "bench-requester", "groups": ["system:masters", "system:authenticated"]}),
+        )
+        .json()
 }
 
 /// Starts the limit server (this binary, re-executed) on a free port.
@@ -184,6 +265,7 @@ fn heartbeat_body(now: Timestamp) -> Bytes {
 enum Body {
     Pod,
     Heartbeat,
+    Create,
 }
 
 impl Body {
@@ -191,20 +273,23 @@ impl Body {
         match self {
             Body::Pod => "pod_create_annotated_10KiB",
             Body::Heartbeat => "evictionrequest_status_heartbeat",
+            Body::Create => "evictionrequest_create_cached_pod",
         }
     }
     fn path(self) -> &'static str {
         match self {
             Body::Pod => "/validate/pods",
-            Body::Heartbeat => "/validate/evictionrequests",
+            Body::Heartbeat | Body::Create => "/validate/evictionrequests",
         }
     }
-    /// A fresh body (the heartbeat is re-timed for every phase; each phase lasts seconds).
-    fn bytes(self) -> Bytes {
-        match self {
-            Body::Pod => pod_body(),
-            Body::Heartbeat => heartbeat_body(Timestamp::now()),
-        }
+    /// Fresh bodies (the heartbeat is re-timed for every phase; each phase lasts seconds);
+    /// `creates` are the EvictionRequest create reviews.
+    fn bodies(self, creates: &[Bytes]) -> Bodies {
+        Bodies::new(match self {
+            Body::Pod => vec![pod_body()],
+            Body::Heartbeat => vec![heartbeat_body(Timestamp::now())],
+            Body::Create => creates.to_vec(),
+        })
     }
 }
 
@@ -242,13 +327,23 @@ pub struct WebhookResults {
     pub fixed_rate_s: f64,
     pub rates: Vec<u64>,
     pub bodies: Vec<BodyResult>,
+    /// Pods targeted by the EvictionRequest creates (one review each, in turn).
+    pub create_targets: Option<usize>,
+    /// Why the EvictionRequest creates did not run.
+    pub create_skipped: Option<String>,
 }
 
-async fn measure(target: &Target, pid: u32, body: Body, s: &Settings) -> anyhow::Result<ServerRun> {
+async fn measure(
+    target: &Target,
+    pid: u32,
+    body: Body,
+    creates: &[Bytes],
+    s: &Settings,
+) -> anyhow::Result<ServerRun> {
     // Check once that the body is allowed (a denial would measure another code path).
     let mut probe = loadgen::Connection::open(target).await?;
     anyhow::ensure!(
-        probe.review(&body.bytes()).await?,
+        probe.review(body.bodies(creates).next()).await?,
         "{} at {}{} was not answered 200 allowed",
         body.name(),
         target.addr,
@@ -257,7 +352,7 @@ async fn measure(target: &Target, pid: u32, body: Body, s: &Settings) -> anyhow:
     drop(probe);
     let saturation = loadgen::saturate(
         target,
-        body.bytes(),
+        body.bodies(creates),
         s.connections,
         s.warmup,
         s.saturation_time,
@@ -269,7 +364,7 @@ async fn measure(target: &Target, pid: u32, body: Body, s: &Settings) -> anyhow:
         fixed.push(
             loadgen::fixed_rate(
                 target,
-                body.bytes(),
+                body.bodies(creates),
                 rate,
                 s.fixed_rate_time,
                 s.rate_connections,
@@ -293,8 +388,19 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
     let tls = loadgen::client_config(&bundle.ca_pem)?;
 
     let limit = start_limit(&cert_dir, scratch)?;
-    let evictord = start_evictord(&cert_dir, scratch)?;
-    let (limit_pid, evictord_pid) = (limit.child.id(), evictord.child.id());
+    let evictord = start_evictord(&cert_dir, scratch, None).await?;
+    let limit_pid = limit.child.id();
+    // EvictionRequest creates: only with a control plane.
+    let (online, create_skipped) = if std::env::var_os("KUBEBUILDER_ASSETS").is_some() {
+        eprintln!("[webhook] {CREATE_TARGETS} pods for the EvictionRequest creates");
+        (Some(start_online(&cert_dir, scratch).await?), None)
+    } else {
+        (
+            None,
+            Some("evictionrequest_create_cached_pod: KUBEBUILDER_ASSETS is not set (run `make bench`)".to_string()),
+        )
+    };
+    let creates: Vec<Bytes> = online.as_ref().map_or_else(Vec::new, |o| o.bodies.clone());
     let target = |server: &Server, body: Body| Target {
         addr: server.addr,
         path: body.path().to_string(),
@@ -302,10 +408,20 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
     };
 
     let mut bodies = Vec::new();
-    for body in [Body::Pod, Body::Heartbeat] {
+    let mut kinds = vec![Body::Pod, Body::Heartbeat];
+    if online.is_some() {
+        kinds.push(Body::Create);
+    }
+    for body in kinds {
+        // The create reviews go to the evictord connected to the cluster.
+        let evictord = match (&online, body) {
+            (Some(o), Body::Create) => &o.server,
+            _ => &evictord,
+        };
+        let evictord_pid = evictord.child.id();
         let mut result = BodyResult {
             body: body.name(),
-            bytes: body.bytes().len(),
+            bytes: body.bodies(&creates).next().len(),
             path: body.path(),
             limit: Vec::new(),
             evictord: Vec::new(),
@@ -321,12 +437,12 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
             );
             // Alternate the order so that a drifting machine does not favour one server.
             let (l, e) = if run % 2 == 0 {
-                let l = measure(&target(&limit, body), limit_pid, body, s).await?;
-                let e = measure(&target(&evictord, body), evictord_pid, body, s).await?;
+                let l = measure(&target(&limit, body), limit_pid, body, &creates, s).await?;
+                let e = measure(&target(evictord, body), evictord_pid, body, &creates, s).await?;
                 (l, e)
             } else {
-                let e = measure(&target(&evictord, body), evictord_pid, body, s).await?;
-                let l = measure(&target(&limit, body), limit_pid, body, s).await?;
+                let e = measure(&target(evictord, body), evictord_pid, body, &creates, s).await?;
+                let l = measure(&target(&limit, body), limit_pid, body, &creates, s).await?;
                 (l, e)
             };
             eprintln!(
@@ -350,9 +466,12 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
         }
         bodies.push(result);
     }
+    drop(online);
     drop(evictord);
     drop(limit);
     Ok(WebhookResults {
+        create_targets: (!creates.is_empty()).then_some(creates.len()),
+        create_skipped,
         pinning: if crate::cpus() >= 2 && Path::new("/usr/bin/taskset").exists() {
             "servers on CPU 1, load generator on CPU 0 (taskset)".into()
         } else {
