@@ -138,6 +138,29 @@ pub async fn start_evictord(
 struct Online {
     server: Server,
     bodies: Vec<Bytes>,
+    client: kube::Client,
+    namespace: String,
+}
+
+impl Online {
+    /// Stops the server and deletes the pods, so that later parts start from an empty cluster.
+    async fn clean_up(self) -> anyhow::Result<()> {
+        drop(self.server);
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client, &self.namespace);
+        api.delete_collection(&Default::default(), &Default::default())
+            .await?;
+        for _ in 0..600 {
+            let left = api
+                .list_metadata(&kube::api::ListParams::default().limit(1))
+                .await?;
+            if left.items.is_empty() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("the pods of {} were not deleted within 60s", self.namespace)
+    }
 }
 
 /// Pods the EvictionRequest create reviews target, one review each, sent in turn.
@@ -167,7 +190,12 @@ async fn start_online(cert_dir: &Path, scratch: &Path) -> anyhow::Result<Online>
             Bytes::from(create_body(&ns, &name, &uid))
         })
         .collect();
-    Ok(Online { server, bodies })
+    Ok(Online {
+        server,
+        bodies,
+        client,
+        namespace: ns,
+    })
 }
 
 /// The EvictionRequest create fixture for pod `ns/name` (uid `uid`), by a user that may delete
@@ -466,7 +494,9 @@ pub async fn run(s: &Settings, scratch: &Path) -> anyhow::Result<WebhookResults>
         }
         bodies.push(result);
     }
-    drop(online);
+    if let Some(o) = online {
+        o.clean_up().await?;
+    }
     drop(evictord);
     drop(limit);
     Ok(WebhookResults {
