@@ -1,7 +1,8 @@
 //! The eviction request controller's write economy on a real kube-apiserver: evicting pods
-//! without interceptors costs each request exactly its four status writes (first sight with the
-//! imperative interceptor activated; its start and heartbeat before the Eviction API call; the
-//! call's outcome; `Evicted=True` when the pod is gone), and none is refused because the
+//! without interceptors costs each request three status writes (first sight with the
+//! imperative interceptor activated; its start and heartbeat before the Eviction API call;
+//! `Evicted=True` when the pod is gone), a fourth only when the controller saw the pod
+//! terminating, and none is refused because the
 //! controller decided on a cached copy older than its own previous write. Counted from
 //! kube-apiserver's own request counters and evictord's retry counter; this binary has its own
 //! control plane and a single evictord, so nothing else writes the requests.
@@ -16,7 +17,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::Evictord;
-use support::evictord::{FAST, install_crds};
+use support::evictord::install_crds;
 use support::fixtures::pod;
 use support::wait::until;
 
@@ -45,12 +46,14 @@ async fn status_patches(client: &Client, code: &str) -> f64 {
 }
 
 #[tokio::test]
-async fn evictions_without_interceptors_take_four_status_writes_and_none_refused() {
+async fn evictions_without_interceptors_take_three_status_writes_and_none_refused() {
     let c = support::cluster().await;
     install_crds(c).await;
     let client = c.client().await;
     let ns = c.namespace("writes").await;
-    let e = Evictord::start(c, FAST).await;
+    // Default heartbeat settings (60 s minimum step): within this test the controller has no
+    // reason to heartbeat again, so every status write is one of the three.
+    let e = Evictord::start(c, &[]).await;
     e.register_webhooks(c, "evictord").await;
 
     let pods: Vec<_> = futures::stream::iter(0..PODS)
@@ -109,10 +112,31 @@ async fn evictions_without_interceptors_take_four_status_writes_and_none_refused
         refused, 0.0,
         "status writes refused as conflicts: {refused} (controller retries: {retries})"
     );
+    // kube-apiserver deletes an evicted pod in two steps (deletionTimestamp, then gone) even with
+    // a zero grace period; a reconcile that falls between them records "terminating" in the
+    // status, a fourth write that says something true. Anything else is a write too many.
+    let (mut terminating, mut other) = (0.0, Vec::new());
+    for r in api.list(&ListParams::default()).await.unwrap().items {
+        let s = r.status.unwrap_or_default();
+        let messages: Vec<String> = s
+            .interceptors
+            .iter()
+            .filter_map(|i| i.message.clone())
+            .collect();
+        match messages.as_slice() {
+            [] => {}
+            [m] if m.contains("is terminating; waiting for it to be deleted") => terminating += 1.0,
+            _ => other.push(messages),
+        }
+    }
+    assert!(
+        other.is_empty(),
+        "unexpected interceptor messages: {other:?}"
+    );
     assert_eq!(
         ok,
-        4.0 * PODS as f64,
-        "status writes for {PODS} requests: {ok}, expected 4 each"
+        3.0 * PODS as f64 + terminating,
+        "status writes for {PODS} requests ({terminating} seen terminating): {ok}, expected 3 each plus one per terminating"
     );
     assert_eq!(retries, 0.0, "controller retries");
 }

@@ -9,7 +9,9 @@
 //! A successful Eviction API call does not set `Evicted`: the pod is only terminating, may
 //! take its whole grace period, and requesters read `Evicted` as "gone". `Evicted=True` follows
 //! from `decide` step 2 when the pod disappears or reaches a terminal phase; only an answer that
-//! proves the pod is already gone ([`EvictionOutcome::PodGone`]) sets it at once.
+//! proves the pod is already gone ([`EvictionOutcome::PodGone`]) sets it at once. A success is
+//! an event only: the status records what follows from the pod's change (three status writes
+//! per eviction without interceptors: first sight, the call, the outcome).
 
 use std::time::Duration;
 
@@ -133,10 +135,13 @@ pub fn after_eviction(
             );
         }
         EvictionOutcome::Evicted => {
+            // No status write: the pod's own change triggers the next reconcile, which records
+            // it (step 8's "terminating" message while it has a grace period to run, step 2's
+            // `Evicted=True` once it is gone). A write here would cost every eviction one more
+            // status patch and webhook call that nothing reads.
             let message = format!(
                 "Pod {pod_ref} was evicted through the Eviction API; waiting for it to terminate."
             );
-            record_progress(&mut d, message.clone());
             d.event("Evicted", EventType::Normal, message);
         }
         EvictionOutcome::Failed {
