@@ -42,7 +42,7 @@ const REQUESTER: &str = "bench.evictord.dev";
 const WRITERS: usize = 32;
 
 /// The time each EvictionRequest (by name) first satisfied each predicate, seen by a watch.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Seen {
     evicted: HashMap<String, Instant>,
     canceled: HashMap<String, Instant>,
@@ -223,7 +223,8 @@ async fn eviction_run(c: &TestCluster, n: usize) -> anyhow::Result<EvictionRun> 
     let timeout = Duration::from_secs(60 + n as u64 / 5);
     wait_for(&seen, timeout, |s| s.evicted.len() + s.canceled.len() >= n).await;
     watch.abort();
-    let s = seen.lock().expect("lock");
+    let s = seen.lock().expect("lock").clone();
+    remove_run(&client, &ns).await?;
     let last = s.evicted.values().max().copied().unwrap_or(t0);
     let total = last.duration_since(t0).as_secs_f64();
     Ok(EvictionRun {
@@ -309,7 +310,8 @@ async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
     let written: HashMap<String, Instant> = written.into_iter().collect::<anyhow::Result<_>>()?;
     wait_for(&seen, timeout, |s| s.second_active.len() >= n).await;
     watch.abort();
-    let s = seen.lock().expect("lock");
+    let s = seen.lock().expect("lock").clone();
+    remove_run(&client, &ns).await?;
     let samples: Vec<Duration> = written
         .iter()
         .filter_map(|(name, t)| {
@@ -335,6 +337,16 @@ pub async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
         .await?;
     // The apiserver picks configuration changes up asynchronously.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(())
+}
+
+/// Deletes a run's requests, then its pods, so that nothing of it is left for the controller to
+/// work on during the next run (the hand-off requests would otherwise time out and evict).
+async fn remove_run(client: &Client, ns: &str) -> anyhow::Result<()> {
+    delete_requests(client, ns).await?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
     Ok(())
 }
 

@@ -38,6 +38,8 @@ const GIVE_UP: Duration = Duration::from_secs(15 * 60);
 #[derive(Clone, Debug, Serialize)]
 pub struct DrainRun {
     pub pods: usize,
+    /// Pods in the whole cluster (so in evictord's cache) when the maintenance was created.
+    pub pods_in_cluster: usize,
     pub create_seconds: f64,
     /// Whether `Drained=True` was seen before giving up.
     pub drained: bool,
@@ -161,6 +163,11 @@ async fn drain_once(
     }))?;
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     let before = apiserver_counters(client).await?;
+    let pods_in_cluster = Api::<Pod>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
     let t0 = Instant::now();
     api.create(&PostParams::default(), &nm).await?;
     let mut drained = false;
@@ -212,6 +219,7 @@ async fn drain_once(
     drop(e);
     Ok(DrainRun {
         pods: total,
+        pods_in_cluster,
         create_seconds,
         drained,
         drain_seconds,
@@ -289,8 +297,8 @@ fn per_pod(
 }
 
 /// With evictord still running (it removes the maintenance's finalizer): deletes the
-/// maintenance, the run's EvictionRequests, its remaining pods and nodes, then the webhook
-/// registration.
+/// maintenance, then the webhook registration (the bulk deletions that follow need no review),
+/// the run's EvictionRequests, its remaining pods and its nodes.
 async fn clean_up(
     client: &Client,
     api: &Api<NodeMaintenance>,
@@ -307,6 +315,7 @@ async fn clean_up(
         );
         tokio::time::sleep(POLL).await;
     }
+    unregister_webhooks(client).await?;
     delete_requests(client, ns).await?;
     Api::<Pod>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -317,7 +326,7 @@ async fn clean_up(
             &ListParams::default().labels(&format!("{LABEL}={run}")),
         )
         .await?;
-    unregister_webhooks(client).await
+    Ok(())
 }
 
 async fn pods_remaining(client: &Client, ns: &str) -> anyhow::Result<usize> {

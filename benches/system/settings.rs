@@ -10,7 +10,7 @@
 //! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
-//! | `EVICTORD_BENCH_PODS` | `0,5000,10000,50000` | cached pod counts for the memory part |
+//! | `EVICTORD_BENCH_PODS` | `0,10000,50000` | cached pod counts for the memory part |
 //! | `EVICTORD_BENCH_REPLAY_PODS` | `150000` | cached pod counts replayed from a recording (memory part; empty: none) |
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
@@ -82,7 +82,7 @@ impl Settings {
         let fixed_rate_time =
             Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
         let rates = list(&var("EVICTORD_BENCH_RATES", "1000,5000"))?;
-        let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,5000,10000,50000"))?;
+        let pod_counts = list(&var("EVICTORD_BENCH_PODS", "0,10000,50000"))?;
         let replay_pod_counts = list(&var("EVICTORD_BENCH_REPLAY_PODS", "150000"))?;
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
