@@ -2,7 +2,8 @@
 //!
 //! 1. the webhook under load over TLS, against a limit server, in the same run ([`webhook`]);
 //! 2. memory: RSS of `evictord serve` idle and with N pods cached, fed from a real control
-//!    plane ([`memory`]);
+//!    plane and, beyond what it holds, from a replayed recording of its pods ([`memory`],
+//!    [`replay`]);
 //! 3. the eviction request controller on the real control plane: evictions/s, interceptor
 //!    hand-off latency, EvictionRequest create latency with and without the webhook
 //!    ([`controllers`]);
