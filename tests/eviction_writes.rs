@@ -23,25 +23,21 @@ use support::wait::until;
 
 const PODS: usize = 60;
 
-/// kube-apiserver's count of `PATCH evictionrequests/status` answered with `code`.
-async fn status_patches(client: &Client, code: &str) -> f64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+/// kube-apiserver's count of `PATCH evictionrequests/status` answered with each of `codes`.
+async fn status_patches(client: &Client, codes: &[&str]) -> f64 {
+    let counters = support::apiserver::counters(client)
         .await
         .expect("apiserver /metrics");
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            [
-                "resource=\"evictionrequests\"",
-                "subresource=\"status\"",
-                "verb=\"PATCH\"",
-                &format!("code=\"{code}\""),
-            ]
-            .iter()
-            .all(|needle| l.contains(needle))
+    codes
+        .iter()
+        .filter_map(|code| {
+            counters
+                .get(&format!(
+                    "{}|PATCH evictionrequests/status {code}",
+                    support::apiserver::REQUESTS
+                ))
+                .copied()
         })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }
 
@@ -64,9 +60,8 @@ async fn evictions_without_interceptors_take_three_status_writes_and_none_refuse
         .buffer_unordered(8)
         .collect()
         .await;
-    let ok_before = status_patches(&client, "200").await;
-    let refused_before =
-        status_patches(&client, "409").await + status_patches(&client, "422").await;
+    let ok_before = status_patches(&client, &["200"]).await;
+    let refused_before = status_patches(&client, &["409", "422"]).await;
 
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
     futures::stream::iter(&pods)
@@ -102,9 +97,8 @@ async fn evictions_without_interceptors_take_three_status_writes_and_none_refuse
     // A write still in flight when the last condition was read would be missed: let it land.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let ok = status_patches(&client, "200").await - ok_before;
-    let refused = status_patches(&client, "409").await + status_patches(&client, "422").await
-        - refused_before;
+    let ok = status_patches(&client, &["200"]).await - ok_before;
+    let refused = status_patches(&client, &["409", "422"]).await - refused_before;
     let retries = e
         .metric("evictord_reconcile_retries_total{controller=\"evictionrequest\"}")
         .await;

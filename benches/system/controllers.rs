@@ -352,11 +352,25 @@ async fn remove_run(client: &Client, ns: &str) -> anyhow::Result<()> {
 
 pub async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    delete_all(
+        &api,
+        &format!("EvictionRequests of {ns}"),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+/// Deletes every object `api` lists and waits until none is left (polled every 100 ms).
+pub async fn delete_all<K>(api: &Api<K>, what: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
-    for _ in 0..300 {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
         if api
-            .list(&ListParams::default().limit(1))
+            .list_metadata(&ListParams::default().limit(1))
             .await?
             .items
             .is_empty()
@@ -365,7 +379,7 @@ pub async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    anyhow::bail!("EvictionRequests of {ns} were not deleted within 30s")
+    anyhow::bail!("{what} were not deleted within {}s", timeout.as_secs())
 }
 
 async fn create_runs(

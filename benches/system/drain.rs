@@ -162,7 +162,7 @@ async fn drain_once(
         }
     }))?;
     let api: Api<NodeMaintenance> = Api::all(client.clone());
-    let before = apiserver_counters(client).await?;
+    let before = support::apiserver::counters(client).await?;
     let pods_in_cluster = Api::<Pod>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await?
@@ -195,7 +195,7 @@ async fn drain_once(
         }
     }
     let drain_seconds = t0.elapsed().as_secs_f64();
-    let after = apiserver_counters(client).await?;
+    let after = support::apiserver::counters(client).await?;
     let evictord_peak_rss_bytes = status_bytes(pid, "VmHWM:")?;
     let evictord_rss_bytes = status_bytes(pid, "VmRSS:")?;
     let remaining = pods_remaining(client, &ns).await?;
@@ -213,8 +213,8 @@ async fn drain_once(
         );
     }
     let per_pod = |metric: &str| per_pod(&before, &after, metric, evicted);
-    let api_requests_per_pod = per_pod(REQUESTS);
-    let webhook_calls_per_pod = per_pod(WEBHOOK_CALLS);
+    let api_requests_per_pod = per_pod(support::apiserver::REQUESTS);
+    let webhook_calls_per_pod = per_pod(support::apiserver::WEBHOOK_CALLS);
     clean_up(client, &api, &name, &ns, &run).await?;
     drop(e);
     Ok(DrainRun {
@@ -231,49 +231,6 @@ async fn drain_once(
         api_requests_per_pod,
         webhook_calls_per_pod,
     })
-}
-
-const REQUESTS: &str = "apiserver_request_total";
-const WEBHOOK_CALLS: &str = "apiserver_admission_webhook_admission_duration_seconds_count";
-
-/// kube-apiserver's request and webhook-call counters, keyed `metric|VERB resource[/sub] code` and
-/// `metric|webhook name`.
-async fn apiserver_counters(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(vec![])?)
-        .await?;
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
-        let label = |k: &str| {
-            labels
-                .split("\",")
-                .find_map(|kv| kv.trim_start_matches(',').strip_prefix(&format!("{k}=\"")))
-                .map(|v| v.trim_end_matches(['"', '}']).to_string())
-                .unwrap_or_default()
-        };
-        let key = match metric {
-            REQUESTS => {
-                let sub = label("subresource");
-                let resource = if sub.is_empty() {
-                    label("resource")
-                } else {
-                    format!("{}/{sub}", label("resource"))
-                };
-                format!("{metric}|{} {resource} {}", label("verb"), label("code"))
-            }
-            WEBHOOK_CALLS => format!("{metric}|{} ({})", label("name"), label("operation")),
-            _ => continue,
-        };
-        *out.entry(key).or_insert(0.0) += value;
-    }
-    Ok(out)
 }
 
 /// The increase of each series of `metric` per evicted pod, largest first, above 0.01.

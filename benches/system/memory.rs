@@ -224,12 +224,16 @@ fn slope(points: &[(f64, f64)]) -> Option<f64> {
 async fn fresh_rss(c: &support::TestCluster) -> anyhow::Result<(u64, u64)> {
     let e = support::Evictord::start(c, &[]).await;
     let pid = pid_of(e.webhook_port)?;
-    // Ready means every store has its initial list; let the list buffers be freed.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = status_bytes(pid, "VmRSS:")?;
-    let peak = status_bytes(pid, "VmHWM:")?;
+    let rss = settled_rss(pid).await?;
     drop(e);
-    Ok((rss, peak))
+    Ok(rss)
+}
+
+/// RSS and peak RSS of a ready process after a 3 s settle (ready means every store has its
+/// initial list; the list buffers are freed meanwhile).
+async fn settled_rss(pid: u32) -> anyhow::Result<(u64, u64)> {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok((status_bytes(pid, "VmRSS:")?, status_bytes(pid, "VmHWM:")?))
 }
 
 /// Pods recorded for the replay.
@@ -258,22 +262,14 @@ async fn replay_rss(
     let pid = e
         .pid()
         .ok_or_else(|| anyhow::anyhow!("evictord did not start"))?;
-    loop {
-        if let Some((200, _)) = e.probe("/readyz").await {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < REPLAY_READY,
-            "evictord fed {pods} replayed pods was not ready within {}s:\n{}",
-            REPLAY_READY.as_secs(),
-            support::control_plane::tail(&e.logs(), 20)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    anyhow::ensure!(
+        support::evictord::readyz_within(e.probe_port, REPLAY_READY).await,
+        "evictord fed {pods} replayed pods was not ready within {}s:\n{}",
+        REPLAY_READY.as_secs(),
+        support::control_plane::tail(&e.logs(), 20)
+    );
     let ready = started.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = status_bytes(pid, "VmRSS:")?;
-    let peak = status_bytes(pid, "VmHWM:")?;
+    let (rss, peak) = settled_rss(pid).await?;
     drop(e);
     drop(proxy);
     Ok((rss, peak, ready))

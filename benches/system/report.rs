@@ -370,18 +370,8 @@ impl Report {
             mem.pods_created, mem.create_seconds, mem.create_per_second
         );
         for l in &mem.levels {
-            o += &format!(
-                "| {} | {} | {} | {} | {} |\n",
-                l.pods,
-                mib(l.median_rss_bytes as f64),
-                l.rss_bytes
-                    .iter()
-                    .map(|b| mib(*b as f64))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
-                mib(l.median_peak_rss_bytes as f64)
-            );
+            let [pods, median, runs, per_pod, peak] = level_cells(l);
+            o += &format!("| {pods} | {median} | {runs} | {per_pod} | {peak} |\n");
         }
         if let Some(s) = mem.bytes_per_pod_slope {
             o += &format!(
@@ -549,6 +539,21 @@ impl Report {
     }
 }
 
+/// The cells of a memory level's row: pods, median RSS, each run's RSS, bytes per pod, peak.
+fn level_cells(l: &crate::memory::Level) -> [String; 5] {
+    [
+        l.pods.to_string(),
+        mib(l.median_rss_bytes as f64),
+        l.rss_bytes
+            .iter()
+            .map(|b| mib(*b as f64))
+            .collect::<Vec<_>>()
+            .join(", "),
+        l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
+        mib(l.median_peak_rss_bytes as f64),
+    ]
+}
+
 /// The replayed levels of the memory part.
 fn replay_md(replay: Option<&Result<ReplayResults, String>>) -> String {
     let r = match replay {
@@ -566,18 +571,8 @@ fn replay_md(replay: Option<&Result<ReplayResults, String>>) -> String {
             .iter()
             .find(|(n, _)| *n == l.pods)
             .map_or("-".into(), |(_, t)| format!("{t:.1} s"));
-        o += &format!(
-            "| {} | **{}** | {} | {} | {} | {ready} |\n",
-            l.pods,
-            mib(l.median_rss_bytes as f64),
-            l.rss_bytes
-                .iter()
-                .map(|b| mib(*b as f64))
-                .collect::<Vec<_>>()
-                .join(", "),
-            l.bytes_per_pod.map_or("-".into(), |b| format!("{b:.0} B")),
-            mib(l.median_peak_rss_bytes as f64)
-        );
+        let [pods, median, runs, per_pod, peak] = level_cells(l);
+        o += &format!("| {pods} | **{median}** | {runs} | {per_pod} | {peak} | {ready} |\n");
     }
     if let Some((n, ratio)) = r.replay_vs_real {
         o += &format!(

@@ -124,13 +124,12 @@ pub async fn start_evictord(
             "evictord did not start in offline mode:\n{out}"
         );
     }
-    for _ in 0..600 {
-        if let Some((200, _)) = crate::support::evictord::http_get(probe.port(), "/readyz").await {
-            return Ok(server);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("evictord ({mode}) was not ready within 60s:\n{}", output())
+    anyhow::ensure!(
+        crate::support::evictord::readyz_within(probe.port(), Duration::from_secs(60)).await,
+        "evictord ({mode}) was not ready within 60s:\n{}",
+        output()
+    );
+    Ok(server)
 }
 
 /// EvictionRequest creates need a cluster: an evictord connected to kube-apiserver with
@@ -148,18 +147,12 @@ impl Online {
         drop(self.server);
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.client, &self.namespace);
-        api.delete_collection(&Default::default(), &Default::default())
-            .await?;
-        for _ in 0..600 {
-            let left = api
-                .list_metadata(&kube::api::ListParams::default().limit(1))
-                .await?;
-            if left.items.is_empty() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        anyhow::bail!("the pods of {} were not deleted within 60s", self.namespace)
+        crate::controllers::delete_all(
+            &api,
+            &format!("the pods of {}", self.namespace),
+            Duration::from_secs(60),
+        )
+        .await
     }
 }
 

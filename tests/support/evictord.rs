@@ -121,16 +121,12 @@ impl Evictord {
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..300 {
-            if let Some((200, _)) = self.probe("/readyz").await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if !readyz_within(self.probe_port, Duration::from_secs(30)).await {
+            panic!(
+                "evictord did not become ready within 30s:\n{}",
+                tail(&self.logs(), 40)
+            );
         }
-        panic!(
-            "evictord did not become ready within 30s:\n{}",
-            tail(&self.logs(), 40)
-        );
     }
 
     /// Registers the webhook configurations printed by `evictord webhook-config` for this server.
@@ -214,6 +210,21 @@ where
     api.create(&PostParams::default(), &obj)
         .await
         .expect("register webhook configuration");
+}
+
+/// Polls `/readyz` on the probe port every 100 ms until it answers 200 (true) or `timeout`
+/// passes (false).
+pub async fn readyz_within(probe_port: u16, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some((200, _)) = http_get(probe_port, "/readyz").await {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A minimal HTTP/1.1 GET on 127.0.0.1 (probe port, plain HTTP).

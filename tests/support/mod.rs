@@ -5,6 +5,7 @@
 // test binary exits, and init reaps the orphans.
 #![allow(clippy::zombie_processes)]
 
+pub mod apiserver;
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
