@@ -1,9 +1,8 @@
 //! The eviction request controller's write economy on a real kube-apiserver: evicting pods
-//! without interceptors costs each request three status writes (first sight with the
-//! imperative interceptor activated; its start and heartbeat before the Eviction API call;
-//! `Evicted=True` when the pod is gone), a fourth only when the controller saw the pod
-//! terminating, and none is refused because the
-//! controller decided on a cached copy older than its own previous write. Counted from
+//! without interceptors costs each request two status writes (first sight, which activates the
+//! imperative interceptor and starts its turn before the Eviction API call; `Evicted=True` when
+//! the pod is gone), a third only when the controller saw the pod terminating, and none is
+//! refused because the controller decided on a cached copy older than its own previous write. Counted from
 //! kube-apiserver's own request counters and evictord's retry counter; this binary has its own
 //! control plane and a single evictord, so nothing else writes the requests.
 
@@ -42,13 +41,13 @@ async fn status_patches(client: &Client, codes: &[&str]) -> f64 {
 }
 
 #[tokio::test]
-async fn evictions_without_interceptors_take_three_status_writes_and_none_refused() {
+async fn evictions_without_interceptors_take_two_status_writes_and_none_refused() {
     let c = support::cluster().await;
     install_crds(c).await;
     let client = c.client().await;
     let ns = c.namespace("writes").await;
     // Default heartbeat settings (60 s minimum step): within this test the controller has no
-    // reason to heartbeat again, so every status write is one of the three.
+    // reason to heartbeat again, so every status write is one of the two.
     let e = Evictord::start(c, &[]).await;
     e.register_webhooks(c, "evictord").await;
 
@@ -108,7 +107,7 @@ async fn evictions_without_interceptors_take_three_status_writes_and_none_refuse
     );
     // kube-apiserver deletes an evicted pod in two steps (deletionTimestamp, then gone) even with
     // a zero grace period; a reconcile that falls between them records "terminating" in the
-    // status, a fourth write that says something true. Anything else is a write too many.
+    // status, a third write that says something true. Anything else is a write too many.
     let (mut terminating, mut other) = (0.0, Vec::new());
     for r in api.list(&ListParams::default()).await.unwrap().items {
         let s = r.status.unwrap_or_default();
@@ -129,8 +128,8 @@ async fn evictions_without_interceptors_take_three_status_writes_and_none_refuse
     );
     assert_eq!(
         ok,
-        3.0 * PODS as f64 + terminating,
-        "status writes for {PODS} requests ({terminating} seen terminating): {ok}, expected 3 each plus one per terminating"
+        2.0 * PODS as f64 + terminating,
+        "status writes for {PODS} requests ({terminating} seen terminating): {ok}, expected 2 each plus one per terminating"
     );
     assert_eq!(retries, 0.0, "controller retries");
 }

@@ -259,6 +259,7 @@ mod tests {
     #[rstest]
     #[case::s4_initialise_all_at_once_allowed(status(), initialized(), Expect::Allow)]
     #[case::s4_activation_time_on_activation_allowed(initialized(), initialized().active(&[A]).activated(A, 0), Expect::Allow)]
+    #[case::s4_activation_with_start_and_heartbeat_allowed(initialized(), initialized().active(&[A]).activated(A, 0).started(A, 0).heartbeat(A, 0), Expect::Allow)]
     #[case::s4_activation_time_within_skew_allowed(initialized(), initialized().active(&[A]).activated(A, 10), Expect::Allow)]
     #[case::s4_heartbeat_allowed(running(), running().heartbeat(A, 0), Expect::Allow)]
     #[case::s4_heartbeat_within_skew_allowed(running(), running().heartbeat(A, 10), Expect::Allow)]

@@ -57,9 +57,11 @@ fn run_steps(d: &mut Draft<'_>, pod: Option<&CachedPod>) -> ControlFlow<()> {
     sync_labels(d, pod);
     init_interceptors(d, pod);
     observe_generation(d);
-    if select_interceptor(d) == Selection::Unchanged {
-        act_as_imperative(d, pod);
-    }
+    select_interceptor(d);
+    // Step 8 in the same pass: when step 7 has just activated the imperative interceptor, the
+    // controller starts its turn in that update (S4 lets the entry of the interceptor active
+    // after the update change), so a request without interceptors costs one status write less.
+    act_as_imperative(d, pod);
     ControlFlow::Continue(())
 }
 
@@ -243,30 +245,20 @@ fn observe_generation(d: &mut Draft<'_>) {
     }
 }
 
-/// What step 7 did to the active interceptor.
-#[derive(Debug, PartialEq, Eq)]
-enum Selection {
-    /// An interceptor was activated in this decision: it gets its turn from the next one on,
-    /// since S4 lets the activating update touch only its `activationTime`.
-    Activated,
-    /// The active interceptor (if any) stays.
-    Unchanged,
-}
-
 /// Step 7: keep exactly one interceptor working. The active one leaves when it completed or
 /// its heartbeat expired, and the next one is activated in the same update (S2).
-fn select_interceptor(d: &mut Draft<'_>) -> Selection {
+fn select_interceptor(d: &mut Draft<'_>) {
     let Some(active) = d.status.active_interceptors.first().cloned() else {
         return activate_next(d);
     };
     let Some(reason) = finished(d, &active) else {
-        return Selection::Unchanged;
+        return;
     };
     // S3: the name added to processedInterceptors must be the next target in order. A status
     // that breaks this was not written by us; admission would deny the switch, so leave it.
     let k = d.status.processed_interceptors.len();
     if d.status.target_interceptors.get(k).map(|t| t.name.as_str()) != Some(active.as_str()) {
-        return Selection::Unchanged;
+        return;
     }
     d.status.processed_interceptors.push(active.clone());
     d.status.active_interceptors.clear();
@@ -316,15 +308,15 @@ fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
 
 /// Activates the first unprocessed interceptor, if any is left (with none left the request
 /// waits for the pod to go away).
-fn activate_next(d: &mut Draft<'_>) -> Selection {
+fn activate_next(d: &mut Draft<'_>) {
     let k = d.status.processed_interceptors.len();
     let total = d.status.target_interceptors.len();
     let Some(next) = d.status.target_interceptors.get(k).map(|t| t.name.clone()) else {
-        return Selection::Unchanged;
+        return;
     };
     let (now, request, default_deadline) = (d.now, d.request, d.settings.interceptor_deadline);
     let Some(entry) = d.entry_mut(&next) else {
-        return Selection::Unchanged;
+        return;
     };
     entry.activation_time = Some(Time(now));
     let deadline = heartbeat_deadline_at(request, entry, default_deadline);
@@ -334,13 +326,13 @@ fn activate_next(d: &mut Draft<'_>) -> Selection {
         EventType::Normal,
         format!("Interceptor {next} selected ({} of {total}).", k + 1),
     );
-    if next == IMPERATIVE_INTERCEPTOR {
-        // Our own turn: act in the next reconciliation, right away.
-        d.requeue_at(now);
-    } else if let Some(deadline) = deadline {
+    // The imperative interceptor is the controller itself: it acts in this same decision
+    // (step 8) and schedules its own heartbeat; it never times out.
+    if next != IMPERATIVE_INTERCEPTOR
+        && let Some(deadline) = deadline
+    {
         d.requeue_at(deadline);
     }
-    Selection::Activated
 }
 
 #[cfg(test)]

@@ -121,9 +121,9 @@ fn check(request: &EvictionRequest, decision: &Decision, expect: Expect) {
 #[case::step5_first_sight_targets_and_activates_first(
     request("uid").build(), Some(pod("p").interceptors(&["a.b", "c.d"]).build()), t(5),
     Expect { written: true, active: Some(&["a.b"]), processed: Some(&[]), events: &["InterceptorSelected"], requeue: Some(1200), ..E })]
-#[case::step5_first_sight_without_interceptors_activates_imperative(
+#[case::step5_first_sight_without_interceptors_activates_imperative_which_evicts(
     request("uid").build(), Some(pod("p").build()), t(5),
-    Expect { written: true, active: Some(&[IMP]), events: &["InterceptorSelected"], requeue: Some(0), ..E })]
+    Expect { written: true, active: Some(&[IMP]), events: &["InterceptorSelected"], evict: true, requeue: Some(600), ..E })]
 #[case::step5_first_sight_skips_invalid_names(
     request("uid").build(), Some(pod("p").interceptors(&["Bad", "a.b", IMP, "foo.k8s.io"]).build()), t(5),
     Expect { written: true, active: Some(&["a.b"]), events: &["InterceptorSkipped", "InterceptorSelected"], requeue: Some(1200), ..E })]
@@ -145,10 +145,10 @@ fn check(request: &EvictionRequest, decision: &Decision, expect: Expect) {
     Expect { written: true, active: Some(&["c.d"]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut", "InterceptorSelected"], requeue: Some(1200), ..E })]
 #[case::step7_spec_deadline_expires_sooner(
     request("uid").deadline_seconds(600).targets(&["a.b"]).active("a.b").build(), Some(pod("p").build()), t(600),
-    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut", "InterceptorSelected"], requeue: Some(0), ..E })]
+    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut", "InterceptorSelected"], evict: true, requeue: Some(300), ..E })]
 #[case::step7_last_pod_interceptor_done_activates_imperative(
     request("uid").targets(&["a.b"]).active("a.b").completed("a.b", t(5)).build(), Some(pod("p").build()), t(6),
-    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorCompleted", "InterceptorSelected"], requeue: Some(0), ..E })]
+    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorCompleted", "InterceptorSelected"], evict: true, requeue: Some(600), ..E })]
 #[case::step7_out_of_order_active_is_left_alone(
     request("uid").targets(&["a.b", "c.d"]).raw_active(&["c.d"], &[]).completed("c.d", t(5)).build(), Some(pod("p").build()), t(6),
     Expect { active: Some(&["c.d"]), processed: Some(&[]), ..E })]
@@ -162,9 +162,12 @@ fn check(request: &EvictionRequest, decision: &Decision, expect: Expect) {
     request("uid").targets(&[]).active(IMP).completed(IMP, t(5)).build(), Some(pod("p").build()), t(6),
     Expect { written: true, active: Some(&[]), processed: Some(&[IMP]), events: &["InterceptorCompleted"], ..E })]
 // Step 8
-#[case::step8_just_activated_acts_next_time(
+#[case::step8_acts_in_the_update_that_activates_it(
     request("uid").targets(&[]).build(), Some(pod("p").build()), t(6),
-    Expect { written: true, active: Some(&[IMP]), events: &["InterceptorSelected"], requeue: Some(0), ..E })]
+    Expect { written: true, active: Some(&[IMP]), events: &["InterceptorSelected"], evict: true, requeue: Some(600), ..E })]
+#[case::step8_activated_on_a_terminating_pod_waits(
+    request("uid").targets(&[]).build(), Some(pod("p").terminating().build()), t(6),
+    Expect { written: true, active: Some(&[IMP]), events: &["InterceptorSelected"], requeue: Some(600), ..E })]
 #[case::step8_first_act_starts_and_evicts(
     request("uid").targets(&[]).active(IMP).activated(IMP, t(5)).build(), Some(pod("p").build()), t(6),
     Expect { written: true, active: Some(&[IMP]), evict: true, requeue: Some(600), ..E })]

@@ -10,8 +10,9 @@
 //! take its whole grace period, and requesters read `Evicted` as "gone". `Evicted=True` follows
 //! from `decide` step 2 when the pod disappears or reaches a terminal phase; only an answer that
 //! proves the pod is already gone ([`EvictionOutcome::PodGone`]) sets it at once. A success is
-//! an event only: the status records what follows from the pod's change (three status writes
-//! per eviction without interceptors: first sight, the call, the outcome).
+//! an event only: the status records what follows from the pod's change. Without interceptors an
+//! eviction costs two status writes: first sight, which activates this interceptor and starts
+//! its turn (`startTime`, `heartbeatTime`) before the call, and the outcome.
 
 use std::time::Duration;
 
