@@ -434,6 +434,8 @@ async fn create_runs(
             without_webhook: without,
         });
     }
+    drop(pods);
+    remove_run(&client, &ns).await?;
     Ok(out)
 }
 

@@ -41,6 +41,10 @@ pub struct DrainRun {
     /// Pods in the whole cluster (so in evictord's cache) when the maintenance was created.
     pub pods_in_cluster: usize,
     pub create_seconds: f64,
+    /// From starting `evictord serve` to its webhook registered (it lists every pod first).
+    pub start_seconds: f64,
+    /// Removing the run: maintenance, webhook registration, requests, pods, nodes.
+    pub clean_up_seconds: f64,
     /// Whether `Drained=True` was seen before giving up.
     pub drained: bool,
     /// From the NodeMaintenance create to `Drained=True` (or to giving up).
@@ -143,8 +147,10 @@ async fn drain_once(
     let total = pods.len();
     drop(pods);
 
+    let t = Instant::now();
     let e = support::Evictord::start(c, support::evictord::FAST).await;
     e.register_webhooks(c, "evictord").await;
+    let start_seconds = t.elapsed().as_secs_f64();
     let pid = e
         .pid()
         .ok_or_else(|| anyhow::anyhow!("evictord has no pid"))?;
@@ -215,12 +221,17 @@ async fn drain_once(
     let per_pod = |metric: &str| per_pod(&before, &after, metric, evicted);
     let api_requests_per_pod = per_pod(support::apiserver::REQUESTS);
     let webhook_calls_per_pod = per_pod(support::apiserver::WEBHOOK_CALLS);
+    let t = Instant::now();
     clean_up(client, &api, &name, &ns, &run).await?;
     drop(e);
+    let clean_up_seconds = t.elapsed().as_secs_f64();
+    eprintln!("[drain] evictord ready in {start_seconds:.1}s, clean-up {clean_up_seconds:.1}s");
     Ok(DrainRun {
         pods: total,
         pods_in_cluster,
         create_seconds,
+        start_seconds,
+        clean_up_seconds,
         drained,
         drain_seconds,
         pods_evicted: evicted,
@@ -253,9 +264,10 @@ fn per_pod(
     v
 }
 
-/// With evictord still running (it removes the maintenance's finalizer): deletes the
-/// maintenance, then the webhook registration (the bulk deletions that follow need no review),
-/// the run's EvictionRequests, its remaining pods and its nodes.
+/// With evictord still running (it removes the maintenance's finalizer and the maintenance's
+/// EvictionRequests): unregisters the webhooks (the bulk deletions that follow need no review),
+/// deletes the maintenance and waits until it is gone, then removes whatever is left of the
+/// run's EvictionRequests, its pods and its nodes.
 async fn clean_up(
     client: &Client,
     api: &Api<NodeMaintenance>,
@@ -263,6 +275,7 @@ async fn clean_up(
     ns: &str,
     run: &str,
 ) -> anyhow::Result<()> {
+    unregister_webhooks(client).await?;
     api.delete(name, &DeleteParams::default()).await?;
     let gone = Instant::now();
     while api.get_opt(name).await?.is_some() {
@@ -272,7 +285,6 @@ async fn clean_up(
         );
         tokio::time::sleep(POLL).await;
     }
-    unregister_webhooks(client).await?;
     delete_requests(client, ns).await?;
     Api::<Pod>::namespaced(client.clone(), ns)
         .delete_collection(&DeleteParams::default(), &ListParams::default())

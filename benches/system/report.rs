@@ -514,12 +514,14 @@ impl Report {
             })
         );
         o += &format!(
-            "| evictions/s (pods evicted ÷ that time) | **{:.0}/s** | {} |\n| evictord peak RSS (`VmHWM` at the end) | **{}** | {} |\n| pods created before the run (s) | | {} |\n| pods in the cluster (and evictord's cache) at the start | | {} |\n\n",
+            "| evictions/s (pods evicted ÷ that time) | **{:.0}/s** | {} |\n| evictord peak RSS (`VmHWM` at the end) | **{}** | {} |\n| pods created before the run (s) | | {} |\n| fresh evictord ready and registered (s) | | {} |\n| clean-up after the run (s) | | {} |\n| pods in the cluster (and evictord's cache) at the start | | {} |\n\n",
             d.median_evictions_per_second,
             each(&|r| format!("{:.0}/s", r.evictions_per_second)),
             mib(d.median_peak_rss_bytes),
             each(&|r| mib(r.evictord_peak_rss_bytes as f64)),
             each(&|r| format!("{:.0}", r.create_seconds)),
+            each(&|r| format!("{:.1}", r.start_seconds)),
+            each(&|r| format!("{:.0}", r.clean_up_seconds)),
             each(&|r| r.pods_in_cluster.to_string()),
         );
         if let Some(r) = d.runs.last() {
