@@ -41,7 +41,7 @@ test: lint
 
 ## make bench: the criterion micro-benchmarks and the system benchmarks (webhook under load over TLS
 ## against a limit server, memory per cached pod, controllers and a 100-node drain on a real control
-## plane; about 21 minutes on two cores once built); writes
+## plane; about 17 minutes on two cores once built); writes
 ## $${CARGO_TARGET_DIR:-target}/bench/REPORT.md and report.json (see README "Performance").
 ## Knobs: EVICTORD_BENCH_* (benches/system/settings.rs), e.g. EVICTORD_BENCH_PARTS=webhook.
 bench:

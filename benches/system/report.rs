@@ -403,7 +403,7 @@ impl Report {
             Some(Ok(c)) => c,
         };
         o += &format!(
-            "kube-apiserver v1.20 + etcd on the same machine, `evictord serve` (release) with the webhook registered, flags `{}`; {} pods already in the cluster (and in evictord's cache) from part 2.\n\n| figure | median | runs |\n|---|---|---|\n",
+            "kube-apiserver v1.20 + etcd on the same machine, `evictord serve` (release) with the webhook registered, flags `{}`; {} other pods in the cluster (and in evictord's cache) when the part started.\n\n| figure | median | runs |\n|---|---|---|\n",
             c.evictord_flags.join(" "),
             c.pods_in_cluster_before
         );

@@ -1,6 +1,6 @@
-//! The benchmark's knobs, from environment variables (with the defaults `make bench` takes about
-//! 21 minutes on two cores, 10.5 of them for the three drain runs; a drain run is given up after
-//! 15 minutes):
+//! The benchmark's knobs, from environment variables (with the defaults `make bench` took 17
+//! minutes on two cores, 8 of them for the three drain runs; a drain run is given up after 15
+//! minutes):
 //!
 //! | variable | default | what |
 //! |---|---|---|
