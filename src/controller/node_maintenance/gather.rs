@@ -45,6 +45,23 @@ pub fn is_draining(nm: &NodeMaintenance) -> bool {
     nm.spec.stage() == Stage::Drain && !is_deleting(nm)
 }
 
+/// Pods pending evacuation and pods evacuating over the draining maintenances, for the gauges.
+/// A node drained by several maintenances counts once, with the largest counts any of them
+/// recorded for it (their status entries describe the same pods).
+pub fn evacuation_totals(maintenances: &[Arc<NodeMaintenance>]) -> (i64, i64) {
+    let mut per_node: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+    for nm in maintenances.iter().filter(|nm| is_draining(nm)) {
+        for s in nm.status.iter().flat_map(|s| &s.node_statuses) {
+            let e = per_node.entry(s.node_ref.name.as_str()).or_default();
+            e.0 = e.0.max(i64::from(s.pods_pending_evacuation));
+            e.1 = e.1.max(i64::from(s.pods_evacuating));
+        }
+    }
+    per_node
+        .values()
+        .fold((0, 0), |(p, e), (np, ne)| (p + np, e + ne))
+}
+
 /// In stage Cordon or Drain and not being deleted: keeps its nodes cordoned.
 pub fn holds_nodes(nm: &NodeMaintenance) -> bool {
     matches!(nm.spec.stage(), Stage::Cordon | Stage::Drain) && !is_deleting(nm)
@@ -180,6 +197,34 @@ mod tests {
         ];
         let nm = maintenance("m", Stage::Drain, "a", &["c", "gone"]);
         assert_eq!(selected_nodes(&nm, &nodes), vec!["c", "a", "b"]);
+    }
+
+    /// A draining maintenance recording (node, pending, evacuating).
+    fn counted(name: &str, stage: Stage, rows: &[(&str, i32, i32)]) -> Arc<NodeMaintenance> {
+        let mut nm = (*maintenance(name, stage, "a", &[])).clone();
+        let status = nm.status.get_or_insert_with(Default::default);
+        status.node_statuses = rows
+            .iter()
+            .map(|(n, p, e)| NodeMaintenanceNodeStatus {
+                node_ref: NodeReference {
+                    name: n.to_string(),
+                },
+                pods_pending_evacuation: *p,
+                pods_evacuating: *e,
+                ..Default::default()
+            })
+            .collect();
+        Arc::new(nm)
+    }
+
+    #[rstest::rstest]
+    #[case::none(vec![], (0, 0))]
+    #[case::one_maintenance_sums_its_nodes(vec![counted("m", Stage::Drain, &[("a", 3, 1), ("b", 2, 4)])], (5, 5))]
+    #[case::shared_node_counts_once(vec![counted("m", Stage::Drain, &[("a", 3, 1)]), counted("n", Stage::Drain, &[("a", 3, 1), ("b", 1, 0)])], (4, 1))]
+    #[case::shared_node_takes_the_larger_counts(vec![counted("m", Stage::Drain, &[("a", 1, 2)]), counted("n", Stage::Drain, &[("a", 3, 0)])], (3, 2))]
+    #[case::not_draining_is_not_counted(vec![counted("m", Stage::Cordon, &[("a", 3, 1)]), counted("n", Stage::Complete, &[("b", 2, 2)])], (0, 0))]
+    fn evacuation_totals_rows(#[case] ms: Vec<Arc<NodeMaintenance>>, #[case] expected: (i64, i64)) {
+        assert_eq!(evacuation_totals(&ms), expected);
     }
 
     #[test]

@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::cordon::{cordon, restore};
-use super::gather::{drain_input, holds_nodes, is_draining, selected_nodes, selects};
+use super::gather::{
+    drain_input, evacuation_totals, holds_nodes, is_draining, selected_nodes, selects,
+};
 use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
 use super::stages::{
     Lifecycle, drain_started, finalizers_without_ours, lifecycle, stage_statuses_with,
@@ -519,13 +521,7 @@ fn refresh_gauges(caches: &Caches) {
             })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
-    let (mut pending, mut evacuating) = (0i64, 0i64);
-    for nm in all.iter().filter(|nm| is_draining(nm)) {
-        for s in nm.status.iter().flat_map(|s| &s.node_statuses) {
-            pending += i64::from(s.pods_pending_evacuation);
-            evacuating += i64::from(s.pods_evacuating);
-        }
-    }
+    let (pending, evacuating) = evacuation_totals(&all);
     m.pods_pending_evacuation.set(pending);
     m.pods_evacuating.set(evacuating);
 }
