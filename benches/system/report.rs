@@ -155,6 +155,7 @@ impl Report {
                 commands: vec![
                     "make bench".into(),
                     "  = export KUBEBUILDER_ASSETS=\"$(tests/tools/envtest.sh)\" EVICTORD_TEST_LOG=warn".into(),
+                    "    cargo bench --locked --no-run --bench review --bench system".into(),
                     "    cargo bench --locked --bench review -- --warm-up-time 1 --measurement-time 3".into(),
                     "    cargo bench --locked --bench system".into(),
                     format!("this process: {cmd}"),
