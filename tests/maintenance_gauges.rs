@@ -9,28 +9,12 @@ use std::time::Duration;
 use evictord::api::NodeMaintenance;
 use kube::Api;
 use kube::api::PostParams;
-use serde_json::json;
 use support::Evictord;
 use support::evictord::install_crds;
-use support::fixtures::{node, pod};
+use support::fixtures::{draining_maintenance, node, pod};
 use support::wait::until;
 
 const LABEL: &str = "gauges.evictord.dev/pool";
-
-fn maintenance(name: &str) -> NodeMaintenance {
-    serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["shared"]}]}
-            ]},
-            "stage": "Drain",
-            "reason": "gauge test",
-        }
-    }))
-    .expect("NodeMaintenance")
-}
 
 #[tokio::test]
 async fn a_node_drained_by_two_maintenances_counts_its_pods_once() {
@@ -56,7 +40,8 @@ async fn a_node_drained_by_two_maintenances_counts_its_pods_once() {
 
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     for name in ["gauges-a", "gauges-b"] {
-        api.create(&PostParams::default(), &maintenance(name))
+        let nm = draining_maintenance(name, LABEL, "shared", "gauge test");
+        api.create(&PostParams::default(), &nm)
             .await
             .expect("create NodeMaintenance");
     }

@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::controllers::{delete_requests, unregister_webhooks};
 use crate::memory::{create_pods, status_bytes};
@@ -156,17 +155,7 @@ async fn drain_once(
         .ok_or_else(|| anyhow::anyhow!("evictord has no pid"))?;
 
     let name = format!("bench-drain-{k}");
-    let nm: NodeMaintenance = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": LABEL, "operator": "In", "values": [run]}]}
-            ]},
-            "stage": "Drain",
-            "reason": "benchmark",
-        }
-    }))?;
+    let nm = support::fixtures::draining_maintenance(&name, LABEL, &run, "benchmark");
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     let before = support::apiserver::counters(client).await?;
     let pods_in_cluster = Api::<Pod>::all(client.clone())

@@ -196,3 +196,24 @@ pub async fn blocking_pdb(
         .await
         .unwrap_or_else(|e| panic!("creating PodDisruptionBudget {name}: {e}"));
 }
+
+/// A NodeMaintenance in stage Drain selecting the nodes labelled `key=value`.
+pub fn draining_maintenance(
+    name: &str,
+    key: &str,
+    value: &str,
+    reason: &str,
+) -> evictord::api::NodeMaintenance {
+    serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+            ]},
+            "stage": "Drain",
+            "reason": reason,
+        }
+    }))
+    .expect("NodeMaintenance")
+}
