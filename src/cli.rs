@@ -51,6 +51,11 @@ pub struct RuleArgs {
     /// `*.k8s.io` interceptor names accepted besides the built-in allowlist (comma-separated).
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub extra_k8s_io_interceptors: Vec<String>,
+    /// How long the Eviction API bridge keeps its requester (`eviction-api.evictord.dev`) on a
+    /// request after the last intercepted call; then the requester is removed, and the request
+    /// canceled if it was the only one.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub eviction_api_requester_ttl: Duration,
 }
 
 impl RuleArgs {
@@ -65,6 +70,7 @@ impl RuleArgs {
                 .collect(),
             min_heartbeat_interval: self.min_heartbeat_interval,
             interceptor_deadline: self.interceptor_deadline,
+            eviction_api_requester_ttl: self.eviction_api_requester_ttl,
             ..Default::default()
         }
     }

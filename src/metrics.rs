@@ -28,6 +28,13 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// Label `outcome` of the Eviction API bridge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `intercepted`, `allowed_no_interceptors`, `allowed_own_eviction`, ... or `error`.
+    pub outcome: &'static str,
+}
+
 /// Label `controller`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
@@ -71,6 +78,10 @@ pub struct Metrics {
     pub admission_requests: Family<AdmissionLabels, Counter>,
     /// Admission latency by resource, operation and verdict.
     pub admission_duration: Family<AdmissionLabels, Histogram>,
+    /// Eviction API calls seen by the bridge, by outcome.
+    pub eviction_api_calls: Family<OutcomeLabel, Counter>,
+    /// Bridged requesters removed because no call came within the TTL.
+    pub eviction_api_requesters_expired: Counter,
     /// API-initiated evictions by result.
     pub imperative_evictions: Family<ResultLabel, Counter>,
     /// Requests whose active interceptor is this one.
@@ -113,6 +124,8 @@ impl Metrics {
             admission_duration: Family::new_with_constructor(
                 latency_histogram as fn() -> Histogram,
             ),
+            eviction_api_calls: Family::default(),
+            eviction_api_requesters_expired: Counter::default(),
             imperative_evictions: Family::default(),
             active_interceptor: Family::default(),
             processed_interceptor: Family::default(),
@@ -139,6 +152,16 @@ impl Metrics {
             "evictord_admission_duration_seconds",
             "Admission review latency",
             m.admission_duration.clone(),
+        );
+        r.register(
+            "evictord_eviction_api_calls",
+            "Eviction API calls seen by the bridge webhook, by outcome",
+            m.eviction_api_calls.clone(),
+        );
+        r.register(
+            "evictord_eviction_api_requesters_expired",
+            "Bridged requesters removed after the TTL without a call",
+            m.eviction_api_requesters_expired.clone(),
         );
         r.register(
             "evictionrequest_controller_imperative_evictions",

@@ -13,6 +13,7 @@ pub mod names;
 pub mod node_maintenance;
 pub mod offline;
 pub mod pod;
+pub mod pod_eviction;
 pub mod registration;
 pub mod verdict;
 pub mod webhooks;

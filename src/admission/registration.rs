@@ -20,6 +20,11 @@ pub const PATH_VALIDATE_NODE_MAINTENANCES: &str = "/validate/nodemaintenances";
 pub const PATH_MUTATE_NODE_MAINTENANCES: &str = "/mutate/nodemaintenances";
 /// Path of the Pod validating webhook.
 pub const PATH_VALIDATE_PODS: &str = "/validate/pods";
+/// Path of the Eviction API bridge (`pods/eviction` CREATE).
+pub const PATH_VALIDATE_POD_EVICTIONS: &str = "/validate/pods-eviction";
+/// Timeout of the Eviction API bridge: short, since a drainer waits on it and an outage must
+/// cost it little (failurePolicy Ignore).
+pub const POD_EVICTION_TIMEOUT_SECONDS: i32 = 3;
 
 /// The CEL expression that sends only annotated pods (Kubernetes ≥ 1.28).
 pub fn pod_match_condition() -> String {
@@ -64,7 +69,8 @@ fn meta(name: &str) -> ObjectMeta {
 }
 
 /// The validating configuration: EvictionRequests (incl. status) and NodeMaintenances with
-/// `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked).
+/// `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked), and the Eviction
+/// API bridge on `pods/eviction` with `Ignore`, `sideEffects: NoneOnDryRun` and a short timeout.
 pub fn validating(
     name: &str,
     url_base: &str,
@@ -97,6 +103,14 @@ pub fn validating(
             expression: pod_match_condition(),
         }]);
     }
+    let mut evictions = hook(
+        "pods-eviction.validate.evictord.dev",
+        PATH_VALIDATE_POD_EVICTIONS,
+        vec![rule("", &["pods/eviction"], &["CREATE"])],
+        false,
+    );
+    evictions.side_effects = "NoneOnDryRun".into();
+    evictions.timeout_seconds = Some(POD_EVICTION_TIMEOUT_SECONDS);
     ValidatingWebhookConfiguration {
         metadata: meta(name),
         webhooks: Some(vec![
@@ -121,6 +135,7 @@ pub fn validating(
                 true,
             ),
             pods,
+            evictions,
         ]),
     }
 }

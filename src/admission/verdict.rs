@@ -47,6 +47,9 @@ pub struct Settings {
     pub interceptor_deadline: Duration,
     /// Clock skew tolerated for times written by interceptors (10 s).
     pub clock_skew: Duration,
+    /// How long the Eviction API bridge's requester stays on a request without a new call
+    /// (default 10 min).
+    pub eviction_api_requester_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -56,6 +59,7 @@ impl Default for Settings {
             min_heartbeat_interval: Duration::from_secs(60),
             interceptor_deadline: Duration::from_secs(1200),
             clock_skew: Duration::from_secs(10),
+            eviction_api_requester_ttl: Duration::from_secs(600),
         }
     }
 }

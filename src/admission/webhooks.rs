@@ -1,5 +1,7 @@
-//! The four webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating) and the
-//! router that serves them, one typed route each, all through the one generic handler.
+//! The webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating, and the
+//! Eviction API bridge) and the router that serves them, one typed route each: the four pure
+//! reviews through the one generic handler, the bridge through its own thin shell (it writes the
+//! EvictionRequest it hands the call to).
 
 use std::sync::Arc;
 
@@ -8,9 +10,9 @@ use axum::Router;
 use super::http::{AdmissionState, Webhook, body_limit, route};
 use super::registration::{
     PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
-    PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_PODS,
+    PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
 };
-use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod};
+use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod, pod_eviction};
 use crate::api::{EvictionRequest, NodeMaintenance};
 use crate::cluster::{CachedPod, ClusterView};
 
@@ -110,5 +112,9 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         &VALIDATE_NODE_MAINTENANCES,
     );
     let r = route(r, PATH_MUTATE_NODE_MAINTENANCES, &MUTATE_NODE_MAINTENANCES);
+    let r = r.route(
+        PATH_VALIDATE_POD_EVICTIONS,
+        axum::routing::post(pod_eviction::shell::handle),
+    );
     r.layer(body_limit()).with_state(state)
 }

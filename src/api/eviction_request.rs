@@ -211,6 +211,29 @@ impl EvictionRequestStatus {
 }
 
 impl EvictionRequest {
+    /// True when `name` is one of the requesters.
+    pub fn has_requester(&self, name: &str) -> bool {
+        self.spec.requesters.iter().any(|q| q.name == name)
+    }
+
+    /// The last Eviction API call the bridge recorded on the request
+    /// ([`crate::api::EVICTION_API_LAST_CALL_ANNOTATION`]), if readable.
+    pub fn eviction_api_last_call(&self) -> Option<jiff::Timestamp> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(crate::api::EVICTION_API_LAST_CALL_ANNOTATION)?
+            .parse()
+            .ok()
+    }
+
+    /// True when the status says `Evicted=True` or `Canceled=True`.
+    pub fn is_terminal(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(EvictionRequestStatus::is_terminal)
+    }
+
     /// The moment an interceptor's heartbeat expires (SPEC 2.2): `spec.heartbeatDeadlineSeconds`
     /// (else `default_deadline`) after the latest of its `heartbeatTime`, its `activationTime`
     /// and the request's `creationTimestamp`. `entry` is passed separately so that a status

@@ -24,6 +24,19 @@ pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 pub const IMPERATIVE_INTERCEPTOR: &str = "imperative-eviction.k8s.io";
 /// The requester name the node maintenance controller uses.
 pub const NODE_MAINTENANCE_REQUESTER: &str = "nodemaintenance.evictord.dev";
+/// The requester name of the Eviction API bridge: evictord joins a pod's EvictionRequest under
+/// this name when a drainer (`kubectl drain`, an autoscaler, the descheduler) calls the pod's
+/// Eviction API.
+pub const EVICTION_API_REQUESTER: &str = "eviction-api.evictord.dev";
+/// Annotation on an EvictionRequest: when the Eviction API bridge last saw a call for the pod
+/// (RFC 3339). The bridged requester expires a TTL after it.
+pub const EVICTION_API_LAST_CALL_ANNOTATION: &str = "evictord.dev/eviction-api-last-call";
+/// Annotation on an EvictionRequest: who last called the pod's Eviction API (a readable tool
+/// name and the user name).
+pub const EVICTION_API_CALLER_ANNOTATION: &str = "evictord.dev/eviction-api-caller";
+/// Annotation on the Eviction objects evictord itself sends as `imperative-eviction.k8s.io`:
+/// the name of the EvictionRequest it acts for, so the bridge lets that call through.
+pub const IMPERATIVE_EVICTION_ANNOTATION: &str = "evictord.dev/eviction-request";
 /// Finalizer on NodeMaintenance objects that are not Idle.
 pub const MAINTENANCE_FINALIZER: &str = "evictord.dev/maintenance-completion";
 /// Node annotation remembering `spec.unschedulable` from before a maintenance cordoned the node.

@@ -11,6 +11,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use super::eviction_request::EvictionOutcome;
+use crate::api::IMPERATIVE_EVICTION_ANNOTATION;
 
 /// Longest wait for one Eviction API call (it may run admission webhooks of its own).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,7 +53,13 @@ impl EvictionApi {
         let body = json!({
             "apiVersion": version,
             "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
+            // Names the EvictionRequest (named after the pod UID) this call acts for, so that the
+            // Eviction API bridge lets evictord's own call as the imperative interceptor through.
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": {IMPERATIVE_EVICTION_ANNOTATION: uid},
+            },
             "deleteOptions": {"preconditions": {"uid": uid}},
         });
         let request = Request::post(format!(

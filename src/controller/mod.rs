@@ -88,6 +88,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 backoff_base: args.eviction_backoff_base,
                 backoff_cap: args.eviction_backoff_cap,
                 extra_k8s_io_interceptors: args.rules.settings().extra_k8s_io_interceptors,
+                eviction_api_requester_ttl: args.rules.eviction_api_requester_ttl,
                 ..Default::default()
             },
             recorder: Recorder::new(client.clone(), reporter()),

@@ -56,6 +56,14 @@ impl PodBuilder {
         );
         self
     }
+    /// Owned by a ReplicaSet (a controller reference is what `kubectl drain` asks of a pod it
+    /// may evict without `--force`).
+    pub fn replicaset(mut self, rs: &str) -> Self {
+        self.owner = Some(
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": format!("rs-{rs}"), "controller": true}),
+        );
+        self
+    }
     pub fn mirror(self) -> Self {
         self.annotation("kubernetes.io/config.mirror", "mirror")
     }

@@ -51,6 +51,14 @@ pub fn run(
     child.wait_with_output().expect("waiting for tool")
 }
 
+/// A `kubectl` command against the test cluster, to spawn (for commands that run on while the
+/// test acts, like `kubectl drain`).
+pub fn kubectl_command(c: &super::TestCluster, args: &[&str]) -> Command {
+    let mut cmd = Command::new(tools_dir().join("kubectl"));
+    cmd.args(args).env("KUBECONFIG", &c.kubeconfig);
+    cmd
+}
+
 /// `kubectl` against the test cluster.
 pub fn kubectl(c: &super::TestCluster, args: &[&str], stdin: Option<&str>) -> Output {
     run("kubectl", args, Some(&c.kubeconfig), stdin)

@@ -21,7 +21,7 @@ mod status_interceptors;
 mod update;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 use kube::core::admission::Operation;
 

@@ -31,6 +31,8 @@ pub struct DecideSettings {
     /// `status.targetInterceptors` are skipped, or the controller's own status write would be
     /// denied forever.
     pub extra_k8s_io_interceptors: Vec<String>,
+    /// How long the Eviction API bridge's requester stays without a new call (default 10 min).
+    pub eviction_api_requester_ttl: Duration,
 }
 
 impl Default for DecideSettings {
@@ -42,6 +44,7 @@ impl Default for DecideSettings {
             backoff_cap: Duration::from_secs(1000),
             pod_not_found_grace: Duration::from_secs(10),
             extra_k8s_io_interceptors: Vec::new(),
+            eviction_api_requester_ttl: Duration::from_secs(600),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! reconciliation, the earliest requeue wins.
 
 pub mod backoff;
+pub mod bridged;
 pub mod deadline;
 pub mod decide;
 pub mod decision;
@@ -29,6 +30,7 @@ mod fixtures;
 mod walk;
 
 pub use backoff::{backoff, next_attempt_at};
+pub use bridged::{BridgedRequester, bridged_requester};
 pub use deadline::heartbeat_deadline_at;
 pub use decide::decide;
 pub use decision::{

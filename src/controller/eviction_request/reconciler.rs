@@ -17,8 +17,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::{Action, DecideSettings, Decision, EventType, after_eviction, decide};
-use crate::api::EvictionRequest;
+use super::{
+    Action, BridgedRequester, DecideSettings, Decision, EventType, after_eviction,
+    bridged_requester, decide,
+};
+use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::Caches;
 use crate::controller::eviction_api::EvictionApi;
 use crate::controller::own_writes::OwnWrites;
@@ -37,6 +40,9 @@ pub enum Error {
     /// The status patch failed (409/422 on a concurrent write: reconciled again at once).
     #[error("patching status of {0}: {1}")]
     Status(String, #[source] kube::Error),
+    /// Removing the expired Eviction API bridge requester failed.
+    #[error("removing the expired requester {EVICTION_API_REQUESTER} of {0}: {1}")]
+    Requesters(String, #[source] kube::Error),
 }
 
 /// What the reconciler needs.
@@ -91,7 +97,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     let conflict = match error {
-        Error::Status(_, e) | Error::Labels(_, e) => crate::controller::is_conflict(e),
+        Error::Status(_, e) | Error::Labels(_, e) | Error::Requesters(_, e) => {
+            crate::controller::is_conflict(e)
+        }
     };
     crate::controller::requeue_after_error(CONTROLLER, conflict, error)
 }
@@ -124,9 +132,20 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         debug!("the cache has not shown our last write yet; waiting for its watch event");
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
+    let now = Timestamp::now();
+    let bridged = bridged_requester(&req, now, ctx.settings.eviction_api_requester_ttl);
+    if let BridgedRequester::Expired { index } = bridged {
+        expire_bridged_requester(ctx, &req, index).await?;
+        // The update's watch event reconciles the request again: step 3 cancels it when no
+        // requester is left.
+        return Ok(Requeue::requeue(CACHE_CATCH_UP));
+    }
     let pod = ctx.caches.pods.get(Some(&ns), &req.spec.target.pod.name);
-    let decision = decide(&req, pod.as_deref(), Timestamp::now(), &ctx.settings);
+    let decision = decide(&req, pod.as_deref(), now, &ctx.settings);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
+    if let BridgedRequester::ExpiresIn(left) = bridged {
+        requeue = earliest(requeue, Some(left));
+    }
     if let Some(Action::Evict {
         namespace,
         name,
@@ -154,6 +173,47 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         Some(d) => Requeue::requeue(d),
         None => Requeue::await_change(),
     })
+}
+
+/// Removes the Eviction API bridge's requester (entry `index`), guarded by `test` operations so
+/// that a concurrent change of the requesters fails this patch instead of being overwritten.
+async fn expire_bridged_requester(
+    ctx: &Context,
+    req: &EvictionRequest,
+    index: usize,
+) -> Result<(), Error> {
+    let name = req.name_any();
+    let api: Api<EvictionRequest> =
+        Api::namespaced(ctx.client.clone(), &req.namespace().unwrap_or_default());
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": req.resource_version()},
+        {"op": "test", "path": format!("/spec/requesters/{index}/name"), "value": EVICTION_API_REQUESTER},
+        {"op": "remove", "path": format!("/spec/requesters/{index}")},
+    ]))
+    .unwrap_or_default();
+    let written = api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| Error::Requesters(name.clone(), e))?;
+    metrics().eviction_api_requesters_expired.inc();
+    let last = req
+        .eviction_api_last_call()
+        .map_or_else(|| "its creation".to_string(), |t| t.to_string());
+    let event = Event {
+        type_: KubeEventType::Normal,
+        reason: "RequesterExpired".into(),
+        note: Some(format!(
+            "No Eviction API call for pod {} since {last} (TTL {}): requester {EVICTION_API_REQUESTER} removed",
+            req.spec.target.pod.name,
+            humantime::format_duration(ctx.settings.eviction_api_requester_ttl)
+        )),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &written.object_ref(&())).await {
+        warn!(error = %err, "could not record event");
+    }
+    Ok(())
 }
 
 fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {

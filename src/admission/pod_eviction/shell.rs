@@ -1,0 +1,262 @@
+//! The I/O shell of the Eviction API bridge: decodes the call, reads the pod and its request,
+//! runs [`review_pod_eviction`], writes what it decided (server-side apply of the request, or
+//! delete-and-apply of a canceled one), records the pod event and answers. It holds no rule.
+//!
+//! Unlike the other webhooks the bridge has a side effect (it creates or joins the request), so
+//! it is registered with `sideEffects: NoneOnDryRun` and writes nothing on a dry run. A failed
+//! write is HTTP 503: the webhook's `failurePolicy: Ignore` then lets the Eviction API decide, as
+//! if evictord were not installed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::response::StatusDetails;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::{BridgeDecision, BridgeWrite, EvictionCall, PodEvent, review_pod_eviction};
+use crate::admission::Lookups;
+use crate::admission::http::{AdmissionState, HandlerError, ResponseReview, decode};
+use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
+use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, prepare};
+use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
+
+/// The `resource` label of the bridge's admission metrics.
+const RESOURCE: &str = "pods/eviction";
+
+/// The axum handler of `POST /validate/pods-eviction`.
+pub async fn handle(
+    State(state): State<Arc<AdmissionState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let (verdict, outcome, response) = match decode::<DynamicObject>(ct, &body)
+        .and_then(|req| check_subresource(&req).map(|()| req))
+    {
+        Err(e) => {
+            warn!(resource = RESOURCE, error = %e, "bad admission request");
+            ("error", "error", e.into_response())
+        }
+        Ok(req) => {
+            let span = info_span!("admission", resource = RESOURCE, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
+            match review(&state, &req).instrument(span).await {
+                Ok(decision) => {
+                    let verdict = if decision.too_many_requests.is_some() {
+                        "denied"
+                    } else {
+                        "allowed"
+                    };
+                    let outcome = decision.outcome.label();
+                    let resp = respond(&req, decision);
+                    (
+                        verdict,
+                        outcome,
+                        axum::Json(ResponseReview::from(resp)).into_response(),
+                    )
+                }
+                Err(e) => {
+                    warn!(resource = RESOURCE, error = %e, "eviction call not bridged; failurePolicy decides");
+                    ("error", "error", e.into_response())
+                }
+            }
+        }
+    };
+    let m = metrics();
+    m.eviction_api_calls
+        .get_or_create(&OutcomeLabel { outcome })
+        .inc();
+    let labels = AdmissionLabels {
+        resource: RESOURCE,
+        operation: "CREATE",
+        verdict,
+    };
+    m.admission_requests.get_or_create(&labels).inc();
+    m.admission_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Refuses anything but a `pods/eviction` request.
+fn check_subresource(req: &AdmissionRequest<DynamicObject>) -> Result<(), HandlerError> {
+    if req.resource.resource == "pods" && req.sub_resource.as_deref() == Some("eviction") {
+        return Ok(());
+    }
+    Err(HandlerError::BadRequest(format!(
+        "this webhook reviews pods/eviction, got a request for {:?} subresource {:?}; check the webhook configuration's rules",
+        req.resource.resource, req.sub_resource
+    )))
+}
+
+/// The call as the decision reads it.
+pub fn eviction_call<'a>(
+    req: &'a AdmissionRequest<DynamicObject>,
+    now: Timestamp,
+) -> EvictionCall<'a> {
+    let object = req.object.as_ref();
+    let dry_run_in_body = object
+        .and_then(|o| o.data.pointer("/deleteOptions/dryRun"))
+        .and_then(|v| v.as_array())
+        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some("All")));
+    let acting_for = object
+        .and_then(|o| o.metadata.annotations.as_ref())
+        .and_then(|a| a.get(IMPERATIVE_EVICTION_ANNOTATION))
+        .map(String::as_str);
+    EvictionCall {
+        namespace: req.namespace.as_deref().unwrap_or(""),
+        pod_name: &req.name,
+        user: &req.user_info,
+        dry_run: req.dry_run || dry_run_in_body,
+        acting_for,
+        now,
+    }
+}
+
+/// Decides on the live cluster (offline: every call is allowed) and writes what was decided.
+///
+/// # Errors
+/// `NotReady` before the caches synced; `Lookup` when the pod lookup or a write fails.
+pub async fn review(
+    state: &AdmissionState,
+    req: &AdmissionRequest<DynamicObject>,
+) -> Result<BridgeDecision, HandlerError> {
+    let call = eviction_call(req, Timestamp::now());
+    let Some(live) = &state.live else {
+        return Ok(review_pod_eviction(
+            &call,
+            &Lookup::Unknown,
+            &Lookup::Unknown,
+            &state.settings,
+        ));
+    };
+    if !live.caches.synced() {
+        return Err(HandlerError::NotReady);
+    }
+    let lookups = Lookups {
+        pods: vec![(call.namespace.to_string(), call.pod_name.to_string(), None)],
+        ..Lookups::default()
+    };
+    let view = prepare(live, &lookups).await?;
+    let pod = view.pod(call.namespace, call.pod_name);
+    let request = match &pod {
+        Lookup::Found(p) => view.eviction_request(p.namespace(), p.uid()),
+        _ => Lookup::Missing,
+    };
+    let decision = review_pod_eviction(&call, &pod, &request, &state.settings);
+    if let Some(write) = &decision.write {
+        apply_write(live, write).await?;
+    }
+    if let (Some(event), Lookup::Found(pod)) = (&decision.event, &pod) {
+        record(live, pod, event).await;
+    }
+    debug!(outcome = decision.outcome.label(), "eviction call reviewed");
+    Ok(decision)
+}
+
+/// Writes the request: server-side apply as [`EVICTION_API_REQUESTER`] (creates it or joins it,
+/// the requesters being a list-map keyed by name), after deleting a canceled one.
+///
+/// # Errors
+/// When kube-apiserver refuses or cannot be reached.
+pub async fn apply_write(live: &LiveContext, write: &BridgeWrite) -> Result<(), kube::Error> {
+    let (request, replaced) = match write {
+        BridgeWrite::Apply(r) => (r, None),
+        BridgeWrite::Replace { old_uid, request } => (request, Some(old_uid)),
+    };
+    let namespace = request.metadata.namespace.as_deref().unwrap_or_default();
+    let name = request.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<EvictionRequest> = Api::namespaced(live.client.clone(), namespace);
+    if let Some(old_uid) = replaced {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(old_uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {}
+            // Already gone, or already replaced by someone else: apply joins what is there.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let params = PatchParams::apply(EVICTION_API_REQUESTER).force();
+    api.patch(name, &params, &Patch::Apply(&**request)).await?;
+    Ok(())
+}
+
+async fn record(live: &LiveContext, pod: &CachedPod, event: &PodEvent) {
+    let recorder = Recorder::new(
+        live.client.clone(),
+        Reporter {
+            controller: "evictord-eviction-api".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name().to_string()),
+        namespace: Some(pod.namespace().to_string()),
+        uid: Some(pod.uid().to_string()),
+        ..ObjectReference::default()
+    };
+    let e = Event {
+        type_: EventType::Normal,
+        reason: event.reason.into(),
+        note: Some(event.message.clone()),
+        action: "Evict".into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&e, &reference).await {
+        warn!(error = %err, "recording the pod event failed");
+    }
+}
+
+/// The AdmissionResponse: allowed with warnings, or denied with 429 TooManyRequests
+/// (kube-apiserver passes the code and message on to the caller).
+///
+/// No `retryAfterSeconds`: kube-apiserver would turn it into a `Retry-After` header, and
+/// client-go (kubectl, the autoscalers, the descheduler) then retries up to ten times inside
+/// the client without a word, so the drainer shows nothing for a minute. Without it the drainer
+/// sees each answer and retries on its own schedule (kubectl: "will retry after 5s"), exactly as
+/// for a PodDisruptionBudget's 429.
+pub fn respond(
+    req: &AdmissionRequest<DynamicObject>,
+    decision: BridgeDecision,
+) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(req);
+    if !decision.warnings.is_empty() {
+        response.warnings = Some(decision.warnings);
+    }
+    let Some(message) = decision.too_many_requests else {
+        return response;
+    };
+    let mut denied = response.deny(message);
+    denied.result.code = 429;
+    denied.result.reason = "TooManyRequests".into();
+    denied.result.details = Some(StatusDetails {
+        name: req.name.clone(),
+        group: String::new(),
+        kind: "pods".into(),
+        uid: String::new(),
+        causes: Vec::new(),
+        retry_after_seconds: 0,
+    });
+    denied
+}
