@@ -252,6 +252,23 @@ fn helm_template_default_and_full_values() {
             .find(|w| w["name"] == "pods.validate.evictord.dev")
             .unwrap();
         assert_eq!(pods["failurePolicy"], "Ignore");
+        // The Eviction API bridge: on by default (full-values turns it off), never fail-closed.
+        let bridge = vwc["webhooks"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "pods-eviction.validate.evictord.dev");
+        assert_eq!(
+            bridge.is_some(),
+            values.is_none(),
+            "bridge webhook ({values:?})"
+        );
+        if let Some(b) = bridge {
+            assert_eq!(b["failurePolicy"], "Ignore");
+            assert_eq!(b["sideEffects"], "NoneOnDryRun");
+            assert_eq!(b["rules"][0]["resources"][0], "pods/eviction");
+            assert_eq!(b["timeoutSeconds"], 3);
+        }
         // matchConditions only where the server has them (and the values ask for them).
         let expect_mc = values.is_none() && kube_version.is_none();
         assert_eq!(

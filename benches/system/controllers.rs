@@ -12,6 +12,10 @@
 //!   webhook registered and not registered, alternating, against an evictord with
 //!   `--controllers=none` (so nothing else touches the requests).
 //!
+//! - **Eviction API bridge overhead**: Eviction API calls (`pods/eviction`, 4 in flight) for
+//!   un-annotated pods with the webhooks registered and not registered, alternating — what every
+//!   `kubectl drain` of pods without interceptors pays for the bridge.
+//!
 //! The node maintenance drain benchmark is part 4 ([`crate::drain`]).
 
 use std::collections::HashMap;
@@ -191,12 +195,23 @@ pub struct CreateRun {
     pub p99_ratio: f64,
 }
 
+/// One Eviction API call-latency round pair (un-annotated pods, bridge on / off).
+#[derive(Clone, Debug, Serialize)]
+pub struct EvictionCallRun {
+    pub calls: usize,
+    pub with_webhook: Latency,
+    pub without_webhook: Latency,
+    pub p99_ratio: f64,
+    pub p99_added_ms: f64,
+}
+
 /// Part 3 results.
 #[derive(Clone, Debug, Serialize)]
 pub struct ControllerResults {
     pub evictions: Vec<EvictionRun>,
     pub handoffs: Vec<HandoffRun>,
     pub creates: Vec<CreateRun>,
+    pub eviction_calls: Vec<EvictionCallRun>,
     pub evictord_flags: Vec<String>,
     pub pods_in_cluster_before: usize,
 }
@@ -439,6 +454,91 @@ async fn create_runs(
     Ok(out)
 }
 
+/// Calls the Eviction API (policy/v1beta1, the version kube-apiserver v1.20 serves) once for each
+/// pod, `parallel` in flight; returns each call's latency.
+async fn evict_pods(
+    client: &Client,
+    ns: &str,
+    pods: &[Pod],
+    parallel: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(pods.iter())
+        .map(|pod| {
+            let client = client.clone();
+            async move {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let body = json!({
+                    "apiVersion": "policy/v1beta1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": ns},
+                });
+                let request =
+                    http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"))
+                        .header(http::header::CONTENT_TYPE, "application/json")
+                        .body(serde_json::to_vec(&body)?)?;
+                let t = Instant::now();
+                let _: serde_json::Value = client
+                    .request(request)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("evicting pod {name}: {e}"))?;
+                Ok(t.elapsed())
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+async fn eviction_call_runs(
+    c: &TestCluster,
+    e: &support::Evictord,
+    m: usize,
+    runs: usize,
+) -> anyhow::Result<Vec<EvictionCallRun>> {
+    let client = c.client().await;
+    let ns = c.namespace("bench-evict-call").await;
+    let far = Instant::now() + Duration::from_secs(600);
+    let mut round = 0usize;
+    let mut measure = |webhook: bool| {
+        round += 1;
+        let (client, ns, prefix) = (client.clone(), ns.clone(), format!("r{round}"));
+        async move {
+            if webhook {
+                e.register_webhooks(c, "evictord").await;
+            } else {
+                unregister_webhooks(&client).await?;
+            }
+            let pods = create_pods(&client, &ns, &prefix, 0..m, far, plain_pod).await?;
+            let lat = latency(evict_pods(&client, &ns, &pods, 4).await?);
+            eprintln!(
+                "[controllers] eviction call latency, webhook {}: p50 {:.1} ms, p99 {:.1} ms",
+                if webhook { "on" } else { "off" },
+                lat.p50_ms,
+                lat.p99_ms
+            );
+            anyhow::Ok(lat)
+        }
+    };
+    // Warm-up, discarded: the apiserver's first calls to the webhook open its connections.
+    measure(true).await?;
+    let mut out = Vec::new();
+    for run in 0..runs {
+        let first = run % 2 == 0;
+        let a = measure(first).await?;
+        let b = measure(!first).await?;
+        let (with, without) = if first { (a, b) } else { (b, a) };
+        out.push(EvictionCallRun {
+            calls: m,
+            p99_ratio: with.p99_ms / without.p99_ms,
+            p99_added_ms: with.p99_ms - without.p99_ms,
+            with_webhook: with,
+            without_webhook: without,
+        });
+    }
+    remove_run(&client, &ns).await?;
+    Ok(out)
+}
+
 /// Runs part 3.
 pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
     let c = support::cluster().await;
@@ -486,15 +586,18 @@ pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
             handoffs.push(r);
         }
     }
-    let creates = {
+    let (creates, eviction_calls) = {
         let e = support::Evictord::start(c, &["--controllers=none"]).await;
-        create_runs(c, &e, s.creates, s.runs).await?
+        let creates = create_runs(c, &e, s.creates, s.runs).await?;
+        let calls = eviction_call_runs(c, &e, s.creates, s.runs).await?;
+        (creates, calls)
     };
     unregister_webhooks(&client).await?;
     Ok(ControllerResults {
         evictions,
         handoffs,
         creates,
+        eviction_calls,
         evictord_flags: flags.iter().map(|f| f.to_string()).collect(),
         pods_in_cluster_before,
     })

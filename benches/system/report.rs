@@ -474,6 +474,30 @@ impl Report {
                 median(c.creates.iter().map(|r| r.without_webhook.p99_ms)),
             );
         }
+        if !c.eviction_calls.is_empty() {
+            let n = c.eviction_calls[0].calls;
+            let runs = |f: fn(&crate::controllers::EvictionCallRun) -> f64| {
+                c.eviction_calls
+                    .iter()
+                    .map(|r| format!("{:.2}", f(r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            o += &format!(
+                "| Eviction API call p99 for un-annotated pods, with the bridge / without (ratio per run; {n} calls each, 4 in flight) | **{:.2}** | {} |\n| p99 added by the bridge | {:.2} ms | {} |\n",
+                median(c.eviction_calls.iter().map(|r| r.p99_ratio)),
+                runs(|r| r.p99_ratio),
+                median(c.eviction_calls.iter().map(|r| r.p99_added_ms)),
+                runs(|r| r.p99_added_ms),
+            );
+            o += &format!(
+                "| eviction call p50 / p99 with the bridge | {:.1} / {:.1} ms | |\n| eviction call p50 / p99 without the bridge | {:.1} / {:.1} ms | |\n",
+                median(c.eviction_calls.iter().map(|r| r.with_webhook.p50_ms)),
+                median(c.eviction_calls.iter().map(|r| r.with_webhook.p99_ms)),
+                median(c.eviction_calls.iter().map(|r| r.without_webhook.p50_ms)),
+                median(c.eviction_calls.iter().map(|r| r.without_webhook.p99_ms)),
+            );
+        }
         o + "\n"
     }
 

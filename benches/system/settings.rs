@@ -15,7 +15,7 @@
 //! | `EVICTORD_BENCH_REPLAY_PODS` | `150000` | cached pod counts replayed from a recording (memory part; empty: none) |
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
-//! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates per webhook on/off round |
+//! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates, and Eviction API calls for un-annotated pods, per webhook on/off round |
 //! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |

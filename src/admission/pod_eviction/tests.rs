@@ -309,3 +309,20 @@ fn last_call_reads_the_annotation() {
     );
     assert_eq!(request(UID).build().eviction_api_last_call(), None);
 }
+
+#[test]
+fn b4_the_applied_intent_is_a_complete_object_without_status() {
+    // Server-side apply needs apiVersion and kind, and must not claim any status field.
+    let d = case(annotated()).decide();
+    let Some(BridgeWrite::Apply(r)) = d.write else {
+        panic!("expected an apply")
+    };
+    let v = serde_json::to_value(&*r).unwrap();
+    assert_eq!(v["apiVersion"], "evictord.dev/v1alpha1");
+    assert_eq!(v["kind"], "EvictionRequest");
+    assert!(v.get("status").is_none_or(|s| s.is_null()), "{v}");
+    assert_eq!(
+        v["spec"]["requesters"],
+        serde_json::json!([{"name": EVICTION_API_REQUESTER}])
+    );
+}
