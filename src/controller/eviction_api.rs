@@ -1,14 +1,16 @@
-//! The pod Eviction API: POST `pods/{name}/eviction` with a UID precondition, as policy/v1
-//! where the server serves it and policy/v1beta1 otherwise (Kubernetes < 1.22), keeping the
-//! `Retry-After` header that kube-rs' typed calls drop.
+//! The pod Eviction API: POST `pods/{name}/eviction` with a UID precondition, in the version the
+//! server's `pods/eviction` subresource takes (policy/v1 from Kubernetes 1.22, policy/v1beta1
+//! before), keeping the `Retry-After` header that kube-rs' typed calls drop.
 
 use std::time::Duration;
 
 use http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::Client;
 use serde_json::json;
 use tokio::sync::OnceCell;
+use tracing::warn;
 
 use super::eviction_request::EvictionOutcome;
 use crate::api::IMPERATIVE_EVICTION_ANNOTATION;
@@ -26,16 +28,12 @@ impl EvictionApi {
     async fn version(&self, client: &Client) -> &'static str {
         self.version
             .get_or_init(|| async {
-                match client.list_api_group_resources("policy/v1").await {
-                    Ok(list)
-                        if list
-                            .resources
-                            .iter()
-                            .any(|r| r.name == "poddisruptionbudgets") =>
-                    {
-                        "policy/v1"
+                match client.list_core_api_resources("v1").await {
+                    Ok(list) => eviction_version(&list),
+                    Err(e) => {
+                        warn!(error = %e, "core API discovery failed; using policy/v1beta1 Evictions");
+                        POLICY_V1BETA1
                     }
-                    _ => "policy/v1beta1",
                 }
             })
             .await
@@ -108,6 +106,22 @@ impl EvictionApi {
     }
 }
 
+const POLICY_V1: &str = "policy/v1";
+const POLICY_V1BETA1: &str = "policy/v1beta1";
+
+/// The Eviction version the server takes, from the `pods/eviction` entry of its core `/api/v1`
+/// discovery document, as kubectl's drain decides it. Not from whether policy/v1 serves
+/// PodDisruptionBudgets: 1.21 does, yet its `pods/eviction` accepts only policy/v1beta1.
+/// An entry without group and version (early releases) or without the subresource means
+/// policy/v1beta1.
+pub fn eviction_version(core: &APIResourceList) -> &'static str {
+    let entry = core.resources.iter().find(|r| r.name == "pods/eviction");
+    match entry.map(|r| (r.group.as_deref(), r.version.as_deref())) {
+        Some((Some("policy"), Some("v1"))) => POLICY_V1,
+        _ => POLICY_V1BETA1,
+    }
+}
+
 fn failed(status_code: u16, message: String, retry_after: Option<Duration>) -> EvictionOutcome {
     EvictionOutcome::Failed {
         status_code,
@@ -137,6 +151,45 @@ pub fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_version_from_core_discovery() {
+        let doc = |text: &str| -> APIResourceList { serde_json::from_str(text).unwrap() };
+        for (server, text, expected) in [
+            (
+                "1.20.2 (recorded)",
+                include_str!("../../tests/data/discovery/api-v1-1.20.2.json"),
+                POLICY_V1BETA1,
+            ),
+            (
+                "1.21: policy/v1 PDBs, v1beta1 evictions",
+                include_str!("../../tests/data/discovery/api-v1-pods-1.21.excerpt.json"),
+                POLICY_V1BETA1,
+            ),
+            (
+                "1.22",
+                include_str!("../../tests/data/discovery/api-v1-pods-1.22.excerpt.json"),
+                POLICY_V1,
+            ),
+            (
+                "1.34",
+                include_str!("../../tests/data/discovery/api-v1-pods-1.34.excerpt.json"),
+                POLICY_V1,
+            ),
+            (
+                "no group/version",
+                include_str!("../../tests/data/discovery/api-v1-pods-old.excerpt.json"),
+                POLICY_V1BETA1,
+            ),
+            (
+                "no pods/eviction",
+                r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[]}"#,
+                POLICY_V1BETA1,
+            ),
+        ] {
+            assert_eq!(eviction_version(&doc(text)), expected, "{server}");
+        }
+    }
 
     #[test]
     fn classification() {
