@@ -386,24 +386,50 @@ async fn a_review_without_request_is_a_400() {
         .assert_error(StatusCode::BAD_REQUEST, "no request");
 }
 
+/// A well-formed AdmissionReview whose object breaks the resource's schema is denied (HTTP 200,
+/// the request's uid, a message naming the field, the value and what is allowed) — never
+/// allowed, and never a 400, which kube-apiserver shows as "rejected our request for an unknown
+/// reason". An envelope that is not an AdmissionReview stays a 400.
 #[tokio::test]
-async fn an_object_that_does_not_decode_is_a_400_never_an_allow() {
+async fn an_object_that_does_not_decode_is_denied_naming_the_field_never_allowed() {
+    #[track_caller]
+    fn denied_naming(answer: &Answer, uid: &Value, parts: &[&str]) {
+        let r = answer.review();
+        assert_eq!(r["allowed"], false, "{r}");
+        assert_eq!(&r["uid"], uid, "{r}");
+        assert_eq!(r["status"]["code"], 422, "{r}");
+        let message = r["status"]["message"].as_str().unwrap_or_default();
+        for part in parts {
+            assert!(message.contains(part), "{part:?} not in {message:?}");
+        }
+    }
     let bogus_stage = review(NODE_MAINTENANCE).set("/request/object/spec/stage", "Bogus");
+    let uid = bogus_stage.0["request"]["uid"].clone();
     for path in [VALIDATE_NODE_MAINTENANCES, MUTATE_NODE_MAINTENANCES] {
-        post(path, &bogus_stage)
-            .await
-            .assert_error(StatusCode::BAD_REQUEST, "Bogus");
+        denied_naming(
+            &post(path, &bogus_stage).await,
+            &uid,
+            &[
+                "spec.stage: unknown variant `Bogus`, expected one of `Idle`, `Cordon`, `Drain`, `Complete`",
+            ],
+        );
     }
     let no_target = review(EVICTION_REQUEST).remove("/request/object/spec/target");
-    post(EVICTION_REQUESTS, &no_target)
-        .await
-        .assert_error(StatusCode::BAD_REQUEST, "target");
+    let uid = no_target.0["request"]["uid"].clone();
+    denied_naming(
+        &post(EVICTION_REQUESTS, &no_target).await,
+        &uid,
+        &["spec: missing field `target`"],
+    );
     let mut annotations = serde_json::Map::new();
     annotations.insert(ANNOTATION.into(), json!(["a.example.com"]));
     let bad_annotation_type = review(POD).set("/request/object/metadata/annotations", annotations);
-    post(PODS, &bad_annotation_type)
-        .await
-        .assert_error(StatusCode::BAD_REQUEST, "malformed AdmissionReview");
+    let uid = bad_annotation_type.0["request"]["uid"].clone();
+    denied_naming(
+        &post(PODS, &bad_annotation_type).await,
+        &uid,
+        &["metadata.annotations", "expected a string"],
+    );
     let bad_operation = review(POD).set("/request/operation", "PATCH");
     post(PODS, &bad_operation)
         .await

@@ -256,8 +256,6 @@ fn unreadable_input_fails_with_a_message() {
     assert_fails(&[], Some(&no_request.json()), "has no request");
     let null_request = review(POD).set("/request", Value::Null);
     assert_fails(&[], Some(&null_request.json()), "has no request");
-    let bogus = review(NODE_MAINTENANCE).set("/request/object/spec/stage", "Bogus");
-    assert_fails(&[], Some(&bogus.json()), "Bogus");
 
     let objects = data_path(OBJECTS);
     assert_fails(
@@ -278,6 +276,40 @@ fn unreadable_input_fails_with_a_message() {
         "unsupported kind",
     );
     assert!(objects.exists());
+}
+
+/// The Eviction API bridge offline: with the cluster view, an autoscaler's eviction of a pod with
+/// interceptors is answered 429 "Eviction triggered" (nothing is written offline); without it
+/// the pod is unknown and the call is allowed, as the webhook's failurePolicy would.
+#[test]
+fn pod_eviction_is_answered_like_the_bridge() {
+    let r = review_file("pod-eviction-create.json", true);
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(r["status"]["code"], 429, "{r}");
+    assert_eq!(r["status"]["reason"], "TooManyRequests", "{r}");
+    let message = r["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "Eviction triggered: EvictionRequest shop/{CURRENT_UID} handles pod shop/checkout-7d9c6b5f4-x2kqj"
+        )),
+        "{message}"
+    );
+    let r = review_file("pod-eviction-create.json", false);
+    assert_eq!(r["allowed"], true, "{r}");
+}
+
+/// An object that breaks its schema is answered as the server answers it: a denial naming the
+/// field (exit 0), not an error.
+#[test]
+fn an_object_that_does_not_decode_is_denied_naming_the_field() {
+    let bogus = review(NODE_MAINTENANCE).set("/request/object/spec/stage", "Bogus");
+    let r = review_ok(&[], Some(&bogus.json()));
+    assert_eq!(r["allowed"], false, "{r}");
+    let message = r["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.stage: unknown variant `Bogus`, expected one of"),
+        "{message}"
+    );
 }
 
 /// `evictord review` gives the server's verdict on the same fixture (issue 3 acceptance). For

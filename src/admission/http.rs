@@ -63,11 +63,25 @@ pub enum HandlerError {
     /// A live lookup or access review failed.
     #[error("cluster lookup failed: {0}")]
     Lookup(#[from] kube::Error),
+    /// A well-formed AdmissionReview whose object does not match the resource's schema (an
+    /// unknown enum value, a missing required field): answered with a denial that names the
+    /// field, not with HTTP 400, which kube-apiserver reports as "rejected our request for an
+    /// unknown reason" (the mutating webhook runs before schema validation, so it sees these).
+    #[error("{}", .response.result.message)]
+    InvalidObject {
+        /// The resource of the request (a route answers only its own).
+        resource: String,
+        /// The denial.
+        response: Box<AdmissionResponse>,
+    },
 }
 
 impl IntoResponse for HandlerError {
     fn into_response(self) -> Response {
         let status = match self {
+            HandlerError::InvalidObject { response, .. } => {
+                return axum::Json(ResponseReview::from(*response)).into_response();
+            }
             HandlerError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HandlerError::NotReady | HandlerError::Lookup(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -99,12 +113,56 @@ where
             "Content-Type must be application/json, got {ct:?}"
         )));
     }
-    let review: AdmissionReview<K> = serde_json::from_slice(body)
-        .map_err(|e| HandlerError::BadRequest(format!("malformed AdmissionReview: {e}")))?;
+    let review: AdmissionReview<K> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => {
+            let malformed = || HandlerError::BadRequest(format!("malformed AdmissionReview: {e}"));
+            let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| malformed())?;
+            return Err(schema_denial::<K>(&value).unwrap_or_else(malformed));
+        }
+    };
     check_version(&review.types.api_version, &review.types.kind)?;
     review
         .try_into()
         .map_err(|_| HandlerError::BadRequest("AdmissionReview has no request".into()))
+}
+
+/// For an AdmissionReview of `admission.k8s.io/v1` whose `object` or `oldObject` does not decode
+/// as `K`: the denial naming the field, the value and what is allowed, e.g. `spec.stage: unknown
+/// variant `Drian`, expected one of `Idle`, `Cordon`, `Drain`, `Complete``. `None` when the
+/// envelope itself is wrong (then the request is malformed: HTTP 400).
+pub fn schema_denial<K: kube::Resource + DeserializeOwned>(
+    review: &serde_json::Value,
+) -> Option<HandlerError> {
+    // The envelope without the objects (they may not even be Kubernetes objects).
+    let mut bare = review.clone();
+    for field in ["object", "oldObject"] {
+        if let Some(slot) = bare.pointer_mut(&format!("/request/{field}")) {
+            *slot = serde_json::Value::Null;
+        }
+    }
+    let envelope: AdmissionReview<DynamicObject> = serde_json::from_value(bare).ok()?;
+    check_version(&envelope.types.api_version, &envelope.types.kind).ok()?;
+    let req: AdmissionRequest<DynamicObject> = envelope.try_into().ok()?;
+    let message = ["object", "oldObject"].into_iter().find_map(|field| {
+        let obj = review
+            .pointer(&format!("/request/{field}"))
+            .filter(|v| !v.is_null())?;
+        let err = serde_path_to_error::deserialize::<_, K>(obj.clone()).err()?;
+        Some(format!(
+            "{}: {} (the {field} does not match the {} schema)",
+            err.path(),
+            err.inner(),
+            req.kind.kind
+        ))
+    })?;
+    let mut denied = AdmissionResponse::from(&req).deny(message);
+    denied.result.code = 422;
+    denied.result.reason = "Invalid".into();
+    Some(HandlerError::InvalidObject {
+        resource: req.resource.resource.clone(),
+        response: Box::new(denied),
+    })
 }
 
 /// Accepts only `admission.k8s.io/v1` `AdmissionReview`.
@@ -133,10 +191,13 @@ pub fn check_resource<K: kube::Resource>(
     if req.resource.resource == webhook.resource {
         return Ok(());
     }
-    Err(HandlerError::BadRequest(format!(
-        "this webhook reviews {}, got a request for {:?} (group {:?}); check the webhook configuration's rules",
-        webhook.resource, req.resource.resource, req.resource.group
-    )))
+    Err(wrong_resource(webhook.resource, &req.resource.resource))
+}
+
+fn wrong_resource(expected: &str, got: &str) -> HandlerError {
+    HandlerError::BadRequest(format!(
+        "this webhook reviews {expected}, got a request for {got:?}; check the webhook configuration's rules"
+    ))
 }
 
 /// The response AdmissionReview as kube-apiserver documents it: `response.patch` is a base64
@@ -262,10 +323,18 @@ where
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let decoded = decode::<K>(ct, &body).and_then(|req| {
-        check_resource(webhook, &req)?;
-        Ok(req)
-    });
+    let decoded = decode::<K>(ct, &body)
+        .map_err(|e| match e {
+            // Another resource's object does not decode here: the route is wrong, not the object.
+            HandlerError::InvalidObject { resource, .. } if resource != webhook.resource => {
+                wrong_resource(webhook.resource, &resource)
+            }
+            e => e,
+        })
+        .and_then(|req| {
+            check_resource(webhook, &req)?;
+            Ok(req)
+        });
     let (operation, verdict, response) = match decoded {
         Err(e) => {
             warn!(resource = webhook.resource, error = %e, "bad admission request");

@@ -4,16 +4,21 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
 
-use super::http::{ResponseReview, Webhook, check_version, respond, review_request};
+use super::http::{
+    HandlerError, ResponseReview, Webhook, check_version, respond, review_request, schema_denial,
+};
+use super::pod_eviction::review_pod_eviction as review_pod_eviction_call;
+use super::pod_eviction::shell::{eviction_call, respond as pod_eviction_response};
 use super::webhooks::{
     MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
 };
 use super::{Settings, Verdict, node_maintenance};
 use crate::api::{EvictionRequest, NodeMaintenance};
-use crate::cluster::{CachedPod, StaticView};
+use crate::cluster::{CachedPod, ClusterView, Lookup, StaticView};
 
 /// Errors of the offline review.
 #[derive(Debug, thiserror::Error)]
@@ -66,12 +71,30 @@ pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
     Ok(StaticView::with_objects(pods, nodes, nms, ers))
 }
 
+/// A decoded request, or the denial of an object that breaks its resource's schema (as the
+/// server answers it).
+enum Decoded<K: kube::Resource> {
+    Request(AdmissionRequest<K>),
+    Denied(ResponseReview),
+}
+
 fn decode<K: kube::Resource + DeserializeOwned>(
     review: serde_json::Value,
-) -> Result<AdmissionRequest<K>, Error> {
-    let typed: AdmissionReview<K> = serde_json::from_value(review)?;
+) -> Result<Decoded<K>, Error> {
+    let typed: AdmissionReview<K> = match serde_json::from_value(review.clone()) {
+        Ok(t) => t,
+        Err(e) => {
+            return match schema_denial::<K>(&review) {
+                Some(HandlerError::InvalidObject { response, .. }) => {
+                    Ok(Decoded::Denied((*response).into()))
+                }
+                _ => Err(Error::Decode(e)),
+            };
+        }
+    };
     typed
         .try_into()
+        .map(Decoded::Request)
         .map_err(|_| Error::Unsupported("the AdmissionReview has no request".into()))
 }
 
@@ -82,7 +105,10 @@ fn run<K: kube::Resource + DeserializeOwned>(
     now: Timestamp,
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
-    let req = decode::<K>(review)?;
+    let req = match decode::<K>(review)? {
+        Decoded::Request(r) => r,
+        Decoded::Denied(response) => return Ok(response),
+    };
     let verdict = (webhook.review)(&review_request(&req, now), view, settings);
     Ok(respond(&req, verdict).into())
 }
@@ -129,14 +155,40 @@ pub fn review(
         .and_then(|r| r.as_str())
         .unwrap_or_default()
         .to_string();
+    let sub_resource = value
+        .pointer("/request/subResource")
+        .and_then(|r| r.as_str())
+        .unwrap_or_default();
     match resource.as_str() {
+        "pods" if sub_resource == "eviction" => review_pod_eviction(value, &view, now, settings),
         "evictionrequests" => run(&VALIDATE_EVICTION_REQUESTS, value, &view, now, settings),
         "pods" => run(&VALIDATE_PODS, value, &view, now, settings),
         "nodemaintenances" => review_node_maintenance(value, &view, now, settings),
         other => Err(Error::Unsupported(format!(
-            "resource {other:?} is not reviewed by evictord (evictionrequests, pods, nodemaintenances)"
+            "resource {other:?} is not reviewed by evictord (evictionrequests, pods, pods/eviction, nodemaintenances)"
         ))),
     }
+}
+
+/// The Eviction API bridge's decision (what it would write is not written: this is offline).
+fn review_pod_eviction(
+    value: serde_json::Value,
+    view: &StaticView,
+    now: Timestamp,
+    settings: &Settings,
+) -> Result<ResponseReview, Error> {
+    let req = match decode::<DynamicObject>(value)? {
+        Decoded::Request(r) => r,
+        Decoded::Denied(response) => return Ok(response),
+    };
+    let call = eviction_call(&req, now);
+    let pod = view.pod(call.namespace, call.pod_name);
+    let request = match &pod {
+        Lookup::Found(p) => view.eviction_request(p.namespace(), p.uid()),
+        _ => Lookup::Missing,
+    };
+    let decision = review_pod_eviction_call(&call, &pod, &request, settings);
+    Ok(pod_eviction_response(&req, decision).into())
 }
 
 /// Mutating review, patch applied, then validating review — one response carrying the patch,
@@ -147,7 +199,10 @@ fn review_node_maintenance(
     now: Timestamp,
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
-    let mut req = decode::<NodeMaintenance>(value)?;
+    let mut req = match decode::<NodeMaintenance>(value)? {
+        Decoded::Request(r) => r,
+        Decoded::Denied(response) => return Ok(response),
+    };
     if req.operation != Operation::Create {
         let verdict =
             (VALIDATE_NODE_MAINTENANCES.review)(&review_request(&req, now), view, settings);

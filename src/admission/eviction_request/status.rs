@@ -539,3 +539,27 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod initialisation_tests {
+    use kube::core::admission::Operation;
+
+    use super::super::fixtures::{UID, initialized, request, run, view};
+
+    /// S4 (SPEC: "initialisation of the whole list at once is allowed"): an interceptor-aware tool
+    /// may initialise `targetInterceptors` and every entry of `interceptors[]` (names only) in one
+    /// write to a request that has no status yet, before anything is active.
+    #[test]
+    fn s4_initialisation_of_a_request_without_status_allowed() {
+        let old = request(UID).build();
+        let new = request(UID).status(initialized()).build();
+        let v = run(
+            Operation::Update,
+            Some("status"),
+            Some(&old),
+            Some(&new),
+            &view(vec![], None),
+        );
+        assert!(v.allowed(), "{v:?}");
+    }
+}
