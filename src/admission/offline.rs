@@ -74,8 +74,8 @@ pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
 /// A decoded request, or the denial of an object that breaks its resource's schema (as the
 /// server answers it).
 enum Decoded<K: kube::Resource> {
-    Request(AdmissionRequest<K>),
-    Denied(ResponseReview),
+    Request(Box<AdmissionRequest<K>>),
+    Denied(Box<ResponseReview>),
 }
 
 fn decode<K: kube::Resource + DeserializeOwned>(
@@ -86,7 +86,7 @@ fn decode<K: kube::Resource + DeserializeOwned>(
         Err(e) => {
             return match schema_denial::<K>(&review) {
                 Some(HandlerError::InvalidObject { response, .. }) => {
-                    Ok(Decoded::Denied((*response).into()))
+                    Ok(Decoded::Denied(Box::new((*response).into())))
                 }
                 _ => Err(Error::Decode(e)),
             };
@@ -94,7 +94,7 @@ fn decode<K: kube::Resource + DeserializeOwned>(
     };
     typed
         .try_into()
-        .map(Decoded::Request)
+        .map(|r| Decoded::Request(Box::new(r)))
         .map_err(|_| Error::Unsupported("the AdmissionReview has no request".into()))
 }
 
@@ -106,8 +106,8 @@ fn run<K: kube::Resource + DeserializeOwned>(
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
     let req = match decode::<K>(review)? {
-        Decoded::Request(r) => r,
-        Decoded::Denied(response) => return Ok(response),
+        Decoded::Request(r) => *r,
+        Decoded::Denied(response) => return Ok(*response),
     };
     let verdict = (webhook.review)(&review_request(&req, now), view, settings);
     Ok(respond(&req, verdict).into())
@@ -178,8 +178,8 @@ fn review_pod_eviction(
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
     let req = match decode::<DynamicObject>(value)? {
-        Decoded::Request(r) => r,
-        Decoded::Denied(response) => return Ok(response),
+        Decoded::Request(r) => *r,
+        Decoded::Denied(response) => return Ok(*response),
     };
     let call = eviction_call(&req, now);
     let pod = view.pod(call.namespace, call.pod_name);
@@ -200,8 +200,8 @@ fn review_node_maintenance(
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
     let mut req = match decode::<NodeMaintenance>(value)? {
-        Decoded::Request(r) => r,
-        Decoded::Denied(response) => return Ok(response),
+        Decoded::Request(r) => *r,
+        Decoded::Denied(response) => return Ok(*response),
     };
     if req.operation != Operation::Create {
         let verdict =
