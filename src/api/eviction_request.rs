@@ -94,18 +94,23 @@ pub struct EvictionRequestStatus {
     /// The interceptors, in the order they are selected; set once by the controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub target_interceptors: Vec<InterceptorReference>,
     /// The interceptor now handling the request (at most one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub active_interceptors: Vec<String>,
     /// The interceptors that have had their turn, in order. Append-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub processed_interceptors: Vec<String>,
-    /// Progress reported by each interceptor, in the order of `targetInterceptors`.
+    /// Progress reported by each interceptor, in the order of `targetInterceptors`. A list-map
+    /// keyed by name (seed 000), so that an interceptor can server-side apply just its own entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub interceptors: Vec<InterceptorStatus>,
     /// Allow (default) or Forbid the cancellation of the request by removing its requesters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
