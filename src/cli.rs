@@ -123,6 +123,10 @@ pub struct ServeArgs {
     /// Largest retry delay after failed Eviction API calls.
     #[arg(long, default_value = "1000s", value_parser = parse_duration)]
     pub eviction_backoff_cap: Duration,
+    /// How long an EvictionRequest is kept after it ended (`Evicted` or `Canceled`) before the
+    /// controller deletes it, like a Job's `ttlSecondsAfterFinished` (`0s`: at once).
+    #[arg(long, default_value = "4h", value_parser = parse_duration)]
+    pub ended_request_retention: Duration,
     /// Run the controllers only on the replica holding the coordination.k8s.io Lease.
     #[arg(long, default_value_t = false)]
     pub leader_election: bool,

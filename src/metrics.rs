@@ -82,6 +82,8 @@ pub struct Metrics {
     pub eviction_api_calls: Family<OutcomeLabel, Counter>,
     /// Bridged requesters removed because no call came within the TTL.
     pub eviction_api_requesters_expired: Counter,
+    /// Ended EvictionRequests deleted after their retention.
+    pub ended_requests_deleted: Counter,
     /// API-initiated evictions by result.
     pub imperative_evictions: Family<ResultLabel, Counter>,
     /// Requests whose active interceptor is this one.
@@ -126,6 +128,7 @@ impl Metrics {
             ),
             eviction_api_calls: Family::default(),
             eviction_api_requesters_expired: Counter::default(),
+            ended_requests_deleted: Counter::default(),
             imperative_evictions: Family::default(),
             active_interceptor: Family::default(),
             processed_interceptor: Family::default(),
@@ -162,6 +165,11 @@ impl Metrics {
             "evictord_eviction_api_requesters_expired",
             "Bridged requesters removed after the TTL without a call",
             m.eviction_api_requesters_expired.clone(),
+        );
+        r.register(
+            "evictionrequest_controller_ended_requests_deleted",
+            "Ended EvictionRequests deleted after --ended-request-retention",
+            m.ended_requests_deleted.clone(),
         );
         r.register(
             "evictionrequest_controller_imperative_evictions",

@@ -215,6 +215,24 @@ impl EvictionRequestStatus {
     }
 }
 
+/// The ownerReference evictord puts on the EvictionRequests it creates: the target pod, so that
+/// the garbage collector removes the request once the pod is deleted (by then the request is
+/// `Evicted`, reason `PodDeleted`, and nothing reads it any more). Not a controller reference and
+/// without `blockOwnerDeletion`: the request never holds the pod's deletion up.
+pub fn pod_owner_reference(
+    pod_name: &str,
+    pod_uid: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod_name.into(),
+        uid: pod_uid.into(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
 impl EvictionRequest {
     /// True when `name` is one of the requesters.
     pub fn has_requester(&self, name: &str) -> bool {

@@ -89,6 +89,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 backoff_cap: args.eviction_backoff_cap,
                 extra_k8s_io_interceptors: args.rules.settings().extra_k8s_io_interceptors,
                 eviction_api_requester_ttl: args.rules.eviction_api_requester_ttl,
+                ended_request_retention: args.ended_request_retention,
                 ..Default::default()
             },
             recorder: Recorder::new(client.clone(), reporter()),

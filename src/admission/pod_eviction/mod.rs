@@ -31,6 +31,7 @@ use crate::api::{
     CONDITION_CANCELED, CONDITION_EVICTED, EVICTION_API_CALLER_ANNOTATION,
     EVICTION_API_LAST_CALL_ANNOTATION, EVICTION_API_REQUESTER, EvictionRequest,
     EvictionRequestSpec, EvictionTarget, IMPERATIVE_INTERCEPTOR, PodReference, Requester,
+    pod_owner_reference,
 };
 use crate::cluster::{CachedPod, Lookup};
 
@@ -278,6 +279,7 @@ fn intent(pod: &CachedPod, caller: &str, now: Timestamp) -> EvictionRequest {
                 caller.to_string(),
             ),
         ])),
+        owner_references: Some(vec![pod_owner_reference(pod.name(), pod.uid())]),
         ..ObjectMeta::default()
     };
     r

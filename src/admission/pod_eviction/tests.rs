@@ -158,6 +158,12 @@ fn b4_first_call_creates_the_request_and_answers_429() {
         now()
     );
     assert!(r.status.is_none());
+    let owner = &r.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Pod", UID),
+        "removed with its pod"
+    );
     let e = d.event.expect("event on the pod");
     assert_eq!(e.reason, REASON_EVICTION_INTERCEPTED);
     assert!(e.message.contains("user admin"), "{}", e.message);

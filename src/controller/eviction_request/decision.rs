@@ -33,6 +33,8 @@ pub struct DecideSettings {
     pub extra_k8s_io_interceptors: Vec<String>,
     /// How long the Eviction API bridge's requester stays without a new call (default 10 min).
     pub eviction_api_requester_ttl: Duration,
+    /// How long an `Evicted` or `Canceled` request is kept before it is deleted (default 4 h).
+    pub ended_request_retention: Duration,
 }
 
 impl Default for DecideSettings {
@@ -45,6 +47,7 @@ impl Default for DecideSettings {
             pod_not_found_grace: Duration::from_secs(10),
             extra_k8s_io_interceptors: Vec::new(),
             eviction_api_requester_ttl: Duration::from_secs(600),
+            ended_request_retention: Duration::from_secs(4 * 3600),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod decide;
 pub mod decision;
 pub mod imperative;
 pub mod reconciler;
+pub mod retention;
 
 #[cfg(test)]
 mod fixtures;
@@ -37,3 +38,4 @@ pub use decision::{
     Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
 };
 pub use imperative::after_eviction;
+pub use retention::{Retention, retention};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::{
-    Action, BridgedRequester, DecideSettings, Decision, EventType, after_eviction,
-    bridged_requester, decide,
+    Action, BridgedRequester, DecideSettings, Decision, EventType, Retention, after_eviction,
+    bridged_requester, decide, retention,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::Caches;
@@ -40,6 +40,9 @@ pub enum Error {
     /// The status patch failed (409/422 on a concurrent write: reconciled again at once).
     #[error("patching status of {0}: {1}")]
     Status(String, #[source] kube::Error),
+    /// Deleting an ended request after its retention failed.
+    #[error("deleting the ended request {0}: {1}")]
+    Delete(String, #[source] kube::Error),
     /// Removing the expired Eviction API bridge requester failed.
     #[error("removing the expired requester {EVICTION_API_REQUESTER} of {0}: {1}")]
     Requesters(String, #[source] kube::Error),
@@ -97,9 +100,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
     let conflict = match error {
-        Error::Status(_, e) | Error::Labels(_, e) | Error::Requesters(_, e) => {
-            crate::controller::is_conflict(e)
-        }
+        Error::Status(_, e)
+        | Error::Labels(_, e)
+        | Error::Requesters(_, e)
+        | Error::Delete(_, e) => crate::controller::is_conflict(e),
     };
     crate::controller::requeue_after_error(CONTROLLER, conflict, error)
 }
@@ -133,6 +137,11 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
     let now = Timestamp::now();
+    let kept = retention(&req, now, ctx.settings.ended_request_retention);
+    if kept == Retention::Delete {
+        delete_ended(ctx, &req).await?;
+        return Ok(Requeue::await_change());
+    }
     let bridged = bridged_requester(&req, now, ctx.settings.eviction_api_requester_ttl);
     if let BridgedRequester::Expired { index } = bridged {
         expire_bridged_requester(ctx, &req, index).await?;
@@ -144,6 +153,9 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
     let decision = decide(&req, pod.as_deref(), now, &ctx.settings);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
     if let BridgedRequester::ExpiresIn(left) = bridged {
+        requeue = earliest(requeue, Some(left));
+    }
+    if let Retention::DeleteIn(left) = kept {
         requeue = earliest(requeue, Some(left));
     }
     if let Some(Action::Evict {
@@ -173,6 +185,30 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         Some(d) => Requeue::requeue(d),
         None => Requeue::await_change(),
     })
+}
+
+/// Deletes an ended request whose retention has passed (precondition: the same object).
+async fn delete_ended(ctx: &Context, req: &EvictionRequest) -> Result<(), Error> {
+    let name = req.name_any();
+    let api: Api<EvictionRequest> =
+        Api::namespaced(ctx.client.clone(), &req.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: req.metadata.uid.clone(),
+            resource_version: req.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            debug!("ended request deleted after its retention");
+            metrics().ended_requests_deleted.inc();
+            Ok(())
+        }
+        // Gone already, or changed since (then it is reconciled again).
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Delete(name, e)),
+    }
 }
 
 /// Removes the Eviction API bridge's requester (entry `index`), guarded by `test` operations so

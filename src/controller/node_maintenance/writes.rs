@@ -16,7 +16,7 @@ use super::cordon::NodePatch;
 use super::requests::{REQUESTED_FOR_NODE_ANNOTATION, RequestAction};
 use crate::api::{
     EvictionRequest, EvictionRequestSpec, EvictionTarget, NODE_MAINTENANCE_REQUESTER,
-    NodeMaintenance, NodeMaintenanceStatus, PodReference, Requester, Stage,
+    NodeMaintenance, NodeMaintenanceStatus, PodReference, Requester, Stage, pod_owner_reference,
 };
 
 /// A failed write (retried by the controller's error policy).
@@ -134,6 +134,7 @@ pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Re
                         REQUESTED_FOR_NODE_ANNOTATION.to_string(),
                         node.clone(),
                     )])),
+                    owner_references: Some(vec![pod_owner_reference(&pod.name, &pod.uid)]),
                     ..Default::default()
                 },
                 spec: EvictionRequestSpec {
