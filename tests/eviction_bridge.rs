@@ -149,7 +149,10 @@ async fn kubectl_drain_waits_for_the_interceptor_then_evictord_evicts() {
         r.metadata.annotations.as_ref().unwrap()["evictord.dev/eviction-api-caller"].clone();
     assert!(caller.starts_with("user "), "caller recorded: {caller}");
     let owner = &r.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Pod", uid.as_str()));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Pod", uid.as_str())
+    );
     until(T, "the un-annotated pod evicted at once", || async {
         gone(&client, &ns, "plain").await.then_some(())
     })

@@ -24,8 +24,8 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::controllers::{delete_requests, unregister_webhooks};
+use crate::loadgen::median;
 use crate::memory::{create_pods, status_bytes};
-use crate::report::median;
 use crate::settings::Settings;
 use crate::support;
 

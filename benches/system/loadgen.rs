@@ -231,6 +231,21 @@ pub struct FixedRate {
     pub max_ms: f64,
 }
 
+/// Median of a sample (the mean of the two middle values for an even count).
+pub fn median(v: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Nearest-rank percentile of sorted samples.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::controllers::ControllerResults;
 use crate::drain::DrainResults;
+use crate::loadgen::median;
 use crate::memory::{MemoryResults, ReplayResults};
 use crate::settings::Settings;
 use crate::webhook::{ServerRun, WebhookResults};
@@ -118,21 +119,6 @@ fn micro() -> Vec<Micro> {
         }
     }
     out
-}
-
-/// Median of a sample (the mean of the two middle values for an even count).
-pub fn median(v: impl IntoIterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn mib(b: f64) -> String {

@@ -18,4 +18,5 @@ pub mod registration;
 pub mod verdict;
 pub mod webhooks;
 
-pub use verdict::{Lookups, ReviewRequest, Settings, Verdict};
+pub use crate::cluster::Lookups;
+pub use verdict::{ReviewRequest, Settings, Verdict};

@@ -107,18 +107,3 @@ impl Verdict {
         }
     }
 }
-
-/// The lookups a review will make that the server must prepare before calling it (live
-/// confirmation of cache misses, access reviews). Offline, nothing is prepared and the view
-/// answers `Unknown` / `Skipped`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Lookups {
-    /// Pods by (namespace, name, expected UID): a cache miss or a UID mismatch is confirmed by a
-    /// live GET, so that no denial rests on a stale cache.
-    pub pods: Vec<(String, String, Option<String>)>,
-    /// Access checks the review will ask.
-    pub checks: Vec<crate::cluster::AccessCheck>,
-    /// Access checks asked only when one of `checks` is denied (per-node checks after a refused
-    /// cluster-wide one).
-    pub fallback_checks: Vec<crate::cluster::AccessCheck>,
-}

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 
-use super::{AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup};
-use crate::admission::Lookups;
+use super::{
+    AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup, Lookups,
+};
 use crate::api::{EvictionRequest, NodeMaintenance};
 
 /// What the server needs to prepare lookups.

@@ -12,4 +12,4 @@ pub use authz::Authorizer;
 pub use cache::{Caches, Watched};
 pub use live::{LiveContext, LiveView, prepare};
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, pod_type};
-pub use view::{AccessCheck, Authorization, ClusterView, Lookup, StaticView};
+pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, StaticView};

@@ -60,6 +60,21 @@ pub enum Authorization {
     Skipped(String),
 }
 
+/// The lookups a review will make that the server must prepare before calling it (live
+/// confirmation of cache misses, access reviews). Offline, nothing is prepared and the view
+/// answers `Unknown` / `Skipped`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lookups {
+    /// Pods by (namespace, name, expected UID): a cache miss or a UID mismatch is confirmed by a
+    /// live GET, so that no denial rests on a stale cache.
+    pub pods: Vec<(String, String, Option<String>)>,
+    /// Access checks the review will ask.
+    pub checks: Vec<AccessCheck>,
+    /// Access checks asked only when one of `checks` is denied (per-node checks after a refused
+    /// cluster-wide one).
+    pub fallback_checks: Vec<AccessCheck>,
+}
+
 /// What rules may read of the cluster. Implementations answer from memory, without I/O: the
 /// server's implementation answers from the watch caches plus the live lookups and access
 /// reviews it made before calling the rules.

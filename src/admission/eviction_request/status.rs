@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 
-use super::status_interceptors::s4_interceptors;
+use super::status_interceptors::{s4_interceptors, target_names};
 use super::{apply, heartbeat_deadline_at};
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::admission::{ReviewRequest, Settings, Verdict};
@@ -38,15 +38,6 @@ pub(super) fn review(
     apply(&mut verdict, s5_final_conditions(was, is));
     apply(&mut verdict, s6_monotonic(was, is));
     verdict
-}
-
-/// The names of `status.targetInterceptors`, in order.
-pub(super) fn target_names(status: &EvictionRequestStatus) -> Vec<&str> {
-    status
-        .target_interceptors
-        .iter()
-        .map(|t| t.name.as_str())
-        .collect()
 }
 
 /// S1: `targetInterceptors` is immutable once set; when set, its names are unique allowlisted

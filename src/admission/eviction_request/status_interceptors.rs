@@ -13,9 +13,17 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::status::target_names;
 use crate::admission::Settings;
 use crate::api::{EvictionRequestStatus, InterceptorStatus, MAX_INTERCEPTOR_MESSAGE_BYTES};
+
+/// The names of `status.targetInterceptors`, in order.
+pub(super) fn target_names(status: &EvictionRequestStatus) -> Vec<&str> {
+    status
+        .target_interceptors
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect()
+}
 
 /// S4: names equal `targetInterceptors` in order; only the active entry changes, within the
 /// per-field rules of [`s4_entry`]. Initialising the whole list at once compares every entry with
