@@ -9,6 +9,7 @@ pub mod apiserver;
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
+pub mod kubelet;
 pub mod tools;
 pub mod wait;
 
