@@ -74,9 +74,13 @@ async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
             "metadata": {"name": name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         });
-        let body = serde_json::to_vec(&binding).expect("binding");
         let _ = pods
-            .create_subresource::<serde_json::Value>("binding", &name, &PostParams::default(), body)
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
             .await;
         return;
     }

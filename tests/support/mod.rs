@@ -10,6 +10,7 @@ pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
 pub mod kubelet;
+pub mod surge;
 pub mod tools;
 pub mod wait;
 
