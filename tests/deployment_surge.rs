@@ -1,7 +1,9 @@
 //! The `deployment.apps.k8s.io` interceptor on a real kube-apiserver with kube-controller-manager
 //! (deployment, replicaset and disruption controllers): draining a node never lowers a
 //! Deployment's available replicas, and the Deployment ends at its replicas on another node.
-//! Also the SDK's example interceptor (`examples/surge_log.rs`) against the same control plane.
+//! No surge for paused, Recreate, autoscaled Deployments and bare pods; a user's scale wins; a
+//! canceled request undoes the surge. Also the SDK's example interceptor
+//! (`examples/surge_log.rs`) against the same control plane.
 
 mod support;
 
@@ -13,11 +15,13 @@ use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use evictord::interceptor::{Runner, Settings};
-use kube::api::PostParams;
-use kube::{Api, Client};
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::fixtures::pod;
-use support::surge::{FLAGS, Scenario};
+use support::surge::{FLAGS, INTERCEPTOR, Scenario};
 use support::wait::until;
 
 async fn setup(prefix: &str) -> (Client, String) {
@@ -102,4 +106,187 @@ async fn the_sdk_example_interceptor_completes_its_turn() {
         "{start} → {done}"
     );
     assert!(entry.heartbeat_time.is_some());
+}
+
+/// Creates an EvictionRequest for one pod of the scenario's Deployment; returns its API and name.
+async fn request_one(s: &Scenario) -> (Api<EvictionRequest>, String) {
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    let p = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let (name, uid) = (p.name_any(), p.metadata.uid.clone().unwrap());
+    let api: Api<EvictionRequest> = Api::namespaced(s.client.clone(), &s.ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    (api, uid)
+}
+
+/// Waits until the interceptor's entry is complete; returns its message.
+async fn completed_message(api: &Api<EvictionRequest>, uid: &str) -> String {
+    until(
+        Duration::from_secs(60),
+        "the interceptor complete",
+        || async {
+            let s = api.get(uid).await.ok()?.status?;
+            let e = s.interceptor(INTERCEPTOR)?;
+            e.completion_time.as_ref()?;
+            e.message.clone()
+        },
+    )
+    .await
+}
+
+async fn wait_replicas(s: &Scenario, replicas: i32, surged: bool) {
+    until(
+        Duration::from_secs(60),
+        &format!("spec.replicas {replicas}, surge recorded: {surged}"),
+        || async {
+            let d = s.deployments().get(&s.name).await.ok()?;
+            (d.spec.replicas == Some(replicas)
+                && d.annotations().contains_key("evictord.dev/surge") == surged)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Patches the Deployment and waits until the deployment controller observed it.
+async fn change_deployment(s: &Scenario, patch: serde_json::Value) {
+    let d = s
+        .deployments()
+        .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let generation = d.metadata.generation;
+    until(Duration::from_secs(30), "the change observed", || async {
+        let d = s.deployments().get(&s.name).await.ok()?;
+        (d.status?.observed_generation == generation).then_some(())
+    })
+    .await;
+}
+
+async fn no_surge(prefix: &str, why: &str, prepare: impl AsyncFnOnce(&Scenario)) {
+    let (client, ns) = setup(prefix).await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    prepare(&s).await;
+    let (api, uid) = request_one(&s).await;
+    let message = completed_message(&api, &uid).await;
+    assert!(message.contains(why), "{message:?} lacks {why:?}");
+    let d = s.deployments().get(&s.name).await.unwrap();
+    assert_eq!(d.spec.replicas, Some(1), "never surged");
+    assert!(!d.annotations().contains_key("evictord.dev/surge"));
+}
+
+#[tokio::test]
+async fn a_paused_deployment_is_not_surged() {
+    no_surge("nosurge-paused", "is paused", async |s| {
+        change_deployment(s, json!({"spec": {"paused": true}})).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_recreate_deployment_is_not_surged() {
+    no_surge("nosurge-recreate", "Recreate", async |s| {
+        change_deployment(
+            s,
+            json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}}),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_autoscaled_deployment_is_not_surged() {
+    no_surge("nosurge-hpa", "HorizontalPodAutoscaler web-hpa", async |s| {
+        let hpa = serde_json::from_value(json!({
+            "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web-hpa"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": s.name},
+                     "minReplicas": 1, "maxReplicas": 3},
+        }))
+        .unwrap();
+        Api::<HorizontalPodAutoscaler>::namespaced(s.client.clone(), &s.ns)
+            .create(&PostParams::default(), &hpa)
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_a_deployment_is_not_surged() {
+    let (client, ns) = setup("nosurge-bare").await;
+    let p = pod("bare")
+        .interceptors(&[INTERCEPTOR])
+        .create(&client, &ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "bare", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    let message = completed_message(&api, &uid).await;
+    assert!(message.contains("has no controller"), "{message:?}");
+}
+
+#[tokio::test]
+async fn a_users_scale_during_the_surge_wins() {
+    let (client, ns) = setup("surge-user").await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    s.kubelet.set_ready(false);
+    let (api, uid) = request_one(&s).await;
+    wait_replicas(&s, 2, true).await;
+    s.deployments()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    let message = completed_message(&api, &uid).await;
+    assert!(
+        message.contains("changed to 4 by someone else"),
+        "{message:?}"
+    );
+    // Once the new pods are ready the PDB lets the pod go, and the abandoned record is dropped.
+    s.kubelet.set_ready(true);
+    wait_replicas(&s, 4, false).await;
+    // Stays at the user's value.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let d = s.deployments().get(&s.name).await.unwrap();
+    assert_eq!(d.spec.replicas, Some(4));
+}
+
+#[tokio::test]
+async fn a_canceled_request_undoes_the_surge() {
+    let (client, ns) = setup("surge-cancel").await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    s.kubelet.set_ready(false);
+    let (api, uid) = request_one(&s).await;
+    wait_replicas(&s, 2, true).await;
+    api.patch(
+        &uid,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"requesters": []}})),
+    )
+    .await
+    .unwrap();
+    wait_replicas(&s, 1, false).await;
+    let st = api.get(&uid).await.unwrap().status.unwrap();
+    assert!(st.is_true("Canceled"));
 }

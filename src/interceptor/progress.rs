@@ -242,6 +242,9 @@ mod tests {
         }
     }
 
+    /// Seconds from `t(0)` of (startTime, heartbeatTime, completionTime), and the message.
+    type Written = (Option<i64>, Option<i64>, Option<i64>, &'static str);
+
     /// One row per rule: (entry start, heartbeat, message), progress, now →
     /// expected (start, heartbeat, completion, message) or no write.
     #[rstest]
@@ -265,7 +268,7 @@ mod tests {
         #[case] message: Option<&str>,
         #[case] progress: Progress,
         #[case] now: i64,
-        #[case] expected: Option<(Option<i64>, Option<i64>, Option<i64>, &str)>,
+        #[case] expected: Option<Written>,
     ) {
         let r = request(entry(start, heartbeat, message));
         let got = next_write(&r, NAME, &progress, t(now), &settings()).map(|p| {

@@ -22,9 +22,12 @@ pub enum Step {
     Wait(String),
     /// The surge pods are available: complete, the pod may go.
     Ready(String),
-    /// `spec.replicas` was changed by someone else during the surge: their value wins. Drop the
-    /// record (if the Deployment is still the version read), leave `spec.replicas`, complete saying so.
+    /// `spec.replicas` was changed by someone else during the surge: their value wins. Write
+    /// `record` (the surge abandoned, [`SurgeRecord::abandon`]) if the Deployment is still the
+    /// version read, leave `spec.replicas`, complete saying so.
     Abandon {
+        /// The record to write.
+        record: SurgeRecord,
         /// Why.
         message: String,
     },
@@ -64,17 +67,29 @@ pub fn on_activation(f: &DeploymentFacts, name: &str, pod: &SurgedPod) -> Step {
             ));
         }
     };
+    let user_scaled = |r: &SurgeRecord| {
+        format!(
+            "no surge: spec.replicas of Deployment {name} was changed to {} by someone else during a surge \
+             (expected {}); their value stays",
+            f.replicas,
+            r.expected_replicas()
+        )
+    };
     if let Some(r) = &record
         && f.replicas != r.expected_replicas()
     {
         return Step::Abandon {
-            message: format!(
-                "no surge: spec.replicas of Deployment {name} was changed to {} by someone else during a surge \
-                 (expected {}); their value stays",
-                f.replicas,
-                r.expected_replicas()
-            ),
+            record: r.abandon(f.replicas),
+            message: user_scaled(r),
         };
+    }
+    if let Some(r) = &record
+        && r.abandoned.iter().any(|p| p.uid == pod.uid)
+    {
+        return Step::Skip(format!(
+            "no surge: spec.replicas of Deployment {name} was changed by someone else during the surge for this pod; \
+             their value stays"
+        ));
     }
     match record {
         Some(r) if r.covers(&pod.uid) => {
@@ -93,12 +108,13 @@ pub fn on_activation(f: &DeploymentFacts, name: &str, pod: &SurgedPod) -> Step {
             }
         }
         record => {
-            if let Some(why) = ineligible(f, name, record.is_some()) {
+            let own_surge = record.as_ref().is_some_and(|r| !r.pods.is_empty());
+            if let Some(why) = ineligible(f, name, own_surge) {
                 return Step::Skip(why);
             }
             let mut r = record.unwrap_or(SurgeRecord {
                 base: f.replicas,
-                pods: Vec::new(),
+                ..SurgeRecord::default()
             });
             let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);
             if in_use >= f.max_surge {
@@ -140,15 +156,19 @@ pub struct Settle {
     pub finished: usize,
     /// Pods whose surge was undone.
     pub undone: usize,
+    /// Someone else changed `spec.replicas`: the covered pods were abandoned.
+    pub abandoned: bool,
 }
 
-/// The settling write for a Deployment with facts `f`, given the fate of each covered pod (in
-/// the record's order); `None` when nothing is to be done.
+/// The settling write for a Deployment with facts `f`, given the fate of each covered or
+/// abandoned pod; `None` when nothing is to be done.
 pub fn settle(f: &DeploymentFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle> {
     let record = f.record.as_ref().ok()?.as_ref()?;
     if f.replicas != record.expected_replicas() {
+        let next = record.abandon(f.replicas);
         return Some(Settle {
-            record: None,
+            abandoned: !record.pods.is_empty(),
+            record: Some(next),
             replicas: None,
             finished: 0,
             undone: 0,
@@ -162,24 +182,28 @@ pub fn settle(f: &DeploymentFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle
     };
     let count = |fate: Fate| record.pods.iter().filter(|p| fate_of(p) == fate).count();
     let (finished, undone) = (count(Fate::Gone), count(Fate::Kept));
-    if finished + undone == 0 {
-        return None;
-    }
-    let remaining: Vec<SurgedPod> = record
-        .pods
-        .iter()
-        .filter(|p| fate_of(p) == Fate::Pending)
-        .cloned()
-        .collect();
+    let pending = |list: &[SurgedPod]| -> Vec<SurgedPod> {
+        list.iter()
+            .filter(|p| fate_of(p) == Fate::Pending)
+            .cloned()
+            .collect()
+    };
     let next = SurgeRecord {
         base: record.base,
-        pods: remaining,
+        pods: pending(&record.pods),
+        abandoned: pending(&record.abandoned),
     };
+    if next == *record {
+        return None;
+    }
+    let replicas = (finished + undone > 0).then(|| (f.replicas, next.expected_replicas()));
+    let empty = next.pods.is_empty() && next.abandoned.is_empty();
     Some(Settle {
-        replicas: Some((f.replicas, next.expected_replicas())),
-        record: (!next.pods.is_empty()).then_some(next),
+        record: (!empty).then_some(next),
+        replicas,
         finished,
         undone,
+        abandoned: false,
     })
 }
 

@@ -15,6 +15,22 @@ fn record(base: i32, uids: &[&str]) -> SurgeRecord {
     SurgeRecord {
         base,
         pods: uids.iter().map(|u| pod(u)).collect(),
+        abandoned: Vec::new(),
+    }
+}
+
+fn abandoned(base: i32, uids: &[&str]) -> SurgeRecord {
+    SurgeRecord {
+        base,
+        pods: Vec::new(),
+        abandoned: uids.iter().map(|u| pod(u)).collect(),
+    }
+}
+
+fn with_record(f: DeploymentFacts, r: SurgeRecord) -> DeploymentFacts {
+    DeploymentFacts {
+        record: Ok(Some(r)),
+        ..f
     }
 }
 
@@ -76,12 +92,19 @@ fn kind(step: &Step) -> &'static str {
 #[case::covered_not_observed(DeploymentFacts { observed_generation: 3, ..surged(1, &["p"], 2) }, "wait", "")]
 #[case::user_scaled(DeploymentFacts { replicas: 5, ..surged(1, &["p"], 2) }, "abandon", "changed to 5 by someone else")]
 #[case::user_scaled_other_pod(DeploymentFacts { replicas: 5, ..surged(1, &["a"], 2) }, "abandon", "expected 2")]
+// A pod whose surge was abandoned is not surged again.
+#[case::abandoned_pod(with_record(facts(4), abandoned(4, &["p"])), "skip", "changed by someone else")]
+// Others surge from the user's value.
+#[case::after_abandon_others_join(with_record(facts(4), abandoned(4, &["a"])), "join", "")]
 fn activation_rows(#[case] f: DeploymentFacts, #[case] expected: &str, #[case] text: &str) {
     let step = on_activation(&f, "d", &pod("p"));
     assert_eq!(kind(&step), expected, "{step:?}");
     let message = match &step {
         Step::Skip(m) | Step::Wait(m) | Step::Ready(m) => m.clone(),
-        Step::Abandon { message, .. } => message.clone(),
+        Step::Abandon { message, record } => {
+            assert_eq!(record.base, f.replicas, "the user's value is the new base");
+            message.clone()
+        }
         Step::Join { .. } => String::new(),
     };
     assert!(message.contains(text), "{message:?} lacks {text:?}");
@@ -114,11 +137,14 @@ fn join_adds_one_replica_on_top_of_the_base() {
 #[rstest]
 #[case::nothing_recorded(facts(1), vec![], None)]
 #[case::pending(surged(1, &["a"], 2), vec![("a", Fate::Pending)], None)]
-#[case::gone_restores(surged(1, &["a"], 2), vec![("a", Fate::Gone)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 1, undone: 0 }))]
-#[case::canceled_undoes(surged(1, &["a"], 2), vec![("a", Fate::Kept)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 0, undone: 1 }))]
-#[case::one_of_two_gone(surged(3, &["a", "b"], 5), vec![("a", Fate::Gone), ("b", Fate::Pending)], Some(Settle { record: Some(record(3, &["b"])), replicas: Some((5, 4)), finished: 1, undone: 0 }))]
+#[case::gone_restores(surged(1, &["a"], 2), vec![("a", Fate::Gone)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 1, undone: 0, abandoned: false }))]
+#[case::canceled_undoes(surged(1, &["a"], 2), vec![("a", Fate::Kept)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 0, undone: 1, abandoned: false }))]
+#[case::one_of_two_gone(surged(3, &["a", "b"], 5), vec![("a", Fate::Gone), ("b", Fate::Pending)], Some(Settle { record: Some(record(3, &["b"])), replicas: Some((5, 4)), finished: 1, undone: 0, abandoned: false }))]
 // Someone else scaled: drop the record, leave their replicas.
-#[case::user_scaled(DeploymentFacts { replicas: 7, ..surged(1, &["a"], 2) }, vec![("a", Fate::Pending)], Some(Settle { record: None, replicas: None, finished: 0, undone: 0 }))]
+#[case::user_scaled(DeploymentFacts { replicas: 7, ..surged(1, &["a"], 2) }, vec![("a", Fate::Pending)], Some(Settle { record: Some(abandoned(7, &["a"])), replicas: None, finished: 0, undone: 0, abandoned: true }))]
+// Abandoned pods are forgotten once gone, without touching replicas.
+#[case::abandoned_pending(with_record(facts(7), abandoned(7, &["a"])), vec![("a", Fate::Pending)], None)]
+#[case::abandoned_gone(with_record(facts(7), abandoned(7, &["a"])), vec![("a", Fate::Gone)], Some(Settle { record: None, replicas: None, finished: 0, undone: 0, abandoned: false }))]
 fn settle_rows(
     #[case] f: DeploymentFacts,
     #[case] fates: Vec<(&str, Fate)>,

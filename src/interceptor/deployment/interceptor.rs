@@ -214,9 +214,9 @@ impl DeploymentInterceptor {
                             )),
                         )
                     }),
-                Step::Abandon { message } => {
-                    // Drops the record only from the version read (resourceVersion test).
-                    patch_deployment(&self.client, &d, None, None)
+                Step::Abandon { record, message } => {
+                    // Only on the version read (resourceVersion test); replicas untouched.
+                    patch_deployment(&self.client, &d, None, Some(&record))
                         .await
                         .map(|_| ("SurgeAbandoned", message.clone(), Progress::complete(message)))
                 }

@@ -86,8 +86,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
         return Ok(Action::await_change());
     };
     let ns = d.namespace().unwrap_or_default();
-    let mut fates = Vec::with_capacity(record.pods.len());
-    for p in &record.pods {
+    let mut fates = Vec::with_capacity(record.pods.len() + record.abandoned.len());
+    for p in record.pods.iter().chain(&record.abandoned) {
         fates.push((p.clone(), fate(&ctx.client, &ns, p).await?));
     }
     let Some(s) = settle(&facts, &fates) else {
@@ -96,7 +96,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     patch_deployment(&ctx.client, &d, s.replicas, s.record.as_ref()).await?;
     let name = d.name_any();
     let (reason, note) = match s.replicas {
-        None => {
+        _ if s.abandoned => {
             count("abandoned");
             (
                 "SurgeAbandoned",
@@ -106,6 +106,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
                 ),
             )
         }
+        // Only abandoned pods forgotten: nothing to tell.
+        None => return Ok(requeue(&s)),
         Some((from, to)) => {
             for _ in 0..s.finished {
                 count("finished");
@@ -129,9 +131,13 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     };
     info!(deployment = %format!("{ns}/{name}"), reason, "{note}");
     event(&ctx.recorder, &d, reason, note).await;
-    Ok(if s.record.is_some() {
+    Ok(requeue(&s))
+}
+
+fn requeue(s: &super::decide::Settle) -> Action {
+    if s.record.is_some() {
         Action::requeue(POLL)
     } else {
         Action::await_change()
-    })
+    }
 }

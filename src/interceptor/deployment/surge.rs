@@ -25,6 +25,10 @@ pub struct SurgeRecord {
     pub base: i32,
     /// The pods being replaced, one extra replica each.
     pub pods: Vec<SurgedPod>,
+    /// Pods whose surge was abandoned because someone else changed `spec.replicas`: they are
+    /// not surged again (their requests complete saying so) and are forgotten once gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<SurgedPod>,
 }
 
 impl SurgeRecord {
@@ -37,6 +41,18 @@ impl SurgeRecord {
     /// True when the surge covers the pod with this UID.
     pub fn covers(&self, uid: &str) -> bool {
         self.pods.iter().any(|p| p.uid == uid)
+    }
+
+    /// The record after someone else set `spec.replicas` to `replicas`: that is the new base,
+    /// and every covered pod is abandoned.
+    pub fn abandon(&self, replicas: i32) -> SurgeRecord {
+        let mut abandoned = self.abandoned.clone();
+        abandoned.extend(self.pods.iter().cloned());
+        SurgeRecord {
+            base: replicas,
+            pods: Vec::new(),
+            abandoned,
+        }
     }
 }
 
