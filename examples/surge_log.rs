@@ -1,10 +1,6 @@
-//! A complete EvictionRequest interceptor on the SDK (`evictord::interceptor`): `log.example.com`
-//! logs each pod it is asked about, reports progress for a few seconds (as if it were draining
-//! connections), then completes so that the next interceptor takes over.
-//!
-//! Run it against a cluster with evictord installed (heartbeat settings as the webhook's flags):
-//! `cargo run --example surge_log -- 60s 20m`; annotate pods with
-//! `evictord.dev/eviction-interceptors: log.example.com`.
+//! A complete interceptor on the SDK: `log.example.com` logs each pod it is asked about, reports
+//! progress for `work` (as if draining connections), then completes. Run it where evictord is
+//! installed: `cargo run --example surge_log`.
 
 use std::time::Duration;
 
@@ -27,11 +23,11 @@ impl Interceptor for LogInterceptor {
         req: &EvictionRequest,
         pod: Option<&Pod>,
     ) -> Result<Progress, BoxError> {
-        let Some(pod) = pod else {
+        let Some(name) = pod.and_then(|p| p.metadata.name.clone()) else {
             return Ok(Progress::complete("pod gone"));
         };
-        let name = pod.metadata.name.clone().unwrap_or_default();
         let entry = req.status.as_ref().and_then(|s| s.interceptor(self.name()));
+        // State lives in the request: the runner wrote startTime on the first report.
         let Some(started) = entry.and_then(|e| e.start_time.clone()) else {
             println!("starting on pod {name}");
             return Ok(Progress::in_progress(format!(
@@ -40,8 +36,9 @@ impl Interceptor for LogInterceptor {
         };
         let done = started.0 + self.work;
         if jiff::Timestamp::now() < done {
+            let message = format!("draining connections of {name}");
             return Ok(Progress::InProgress {
-                message: format!("draining connections of {name}"),
+                message,
                 expected_finish: Some(done),
             });
         }
@@ -50,15 +47,10 @@ impl Interceptor for LogInterceptor {
     }
 }
 
-#[allow(dead_code)]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let arg = |i: usize, default: &str| std::env::args().nth(i).unwrap_or(default.into());
-    let settings = Settings {
-        min_heartbeat_interval: humantime::parse_duration(&arg(1, "60s"))?,
-        default_deadline: humantime::parse_duration(&arg(2, "20m"))?,
-        ..Settings::default()
-    };
+    // The webhook's defaults (--min-heartbeat-interval 60s, --interceptor-deadline 20m).
+    let settings = Settings::default();
     let client = kube::Client::try_default().await?;
     let interceptor = LogInterceptor {
         work: Duration::from_secs(5),

@@ -55,6 +55,9 @@ pub enum Error {
     /// The status patch failed (409/422: the request changed meanwhile; looked at again).
     #[error("patching status of {0}: {1}")]
     Status(String, #[source] kube::Error),
+    /// The status patch could not be encoded.
+    #[error("encoding the status patch of {0}: {1}")]
+    Encode(String, #[source] serde_json::Error),
 }
 
 /// Runs an [`Interceptor`] against a cluster.
@@ -197,7 +200,7 @@ async fn write_entry(
         {"op": "test", "path": format!("/status/interceptors/{i}/name"), "value": name},
         {"op": "replace", "path": format!("/status/interceptors/{i}"), "value": patch.entry},
     ]))
-    .map_err(|e| Error::Progress(name.to_string(), Box::new(e)))?;
+    .map_err(|e| Error::Encode(req.name_any(), e))?;
     api.patch_status(
         &req.name_any(),
         &PatchParams::default(),

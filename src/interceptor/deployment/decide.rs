@@ -87,8 +87,9 @@ pub fn on_activation(f: &DeploymentFacts, name: &str, pod: &SurgedPod) -> Step {
         && r.abandoned.iter().any(|p| p.uid == pod.uid)
     {
         return Step::Skip(format!(
-            "no surge: spec.replicas of Deployment {name} was changed by someone else during the surge for this pod; \
-             their value stays"
+            "no surge: spec.replicas of Deployment {name} was changed to {} by someone else during the surge for \
+             this pod; their value stays",
+            f.replicas
         ));
     }
     match record {

@@ -93,7 +93,7 @@ fn kind(step: &Step) -> &'static str {
 #[case::user_scaled(DeploymentFacts { replicas: 5, ..surged(1, &["p"], 2) }, "abandon", "changed to 5 by someone else")]
 #[case::user_scaled_other_pod(DeploymentFacts { replicas: 5, ..surged(1, &["a"], 2) }, "abandon", "expected 2")]
 // A pod whose surge was abandoned is not surged again.
-#[case::abandoned_pod(with_record(facts(4), abandoned(4, &["p"])), "skip", "changed by someone else")]
+#[case::abandoned_pod(with_record(facts(4), abandoned(4, &["p"])), "skip", "changed to 4 by someone else")]
 // Others surge from the user's value.
 #[case::after_abandon_others_join(with_record(facts(4), abandoned(4, &["a"])), "join", "")]
 fn activation_rows(#[case] f: DeploymentFacts, #[case] expected: &str, #[case] text: &str) {
