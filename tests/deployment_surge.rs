@@ -16,7 +16,7 @@ use std::time::Duration;
 use evictord::api::EvictionRequest;
 use evictord::interceptor::{Runner, Settings};
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -47,6 +47,32 @@ async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
         min >= replicas,
         "the Deployment had only {min} available replicas during the drain (want ≥ {replicas})"
     );
+    // Events on the Deployment and the metrics (other tests of this binary add to the counters).
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
+        .filter_map(|e| e.reason)
+        .collect();
+    // (Repeated events are folded into one with a count.)
+    for reason in ["SurgeStarted", "SurgeFinished"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event: {reasons:?}"
+        );
+    }
+    let e = support::evictord::shared(FLAGS).await;
+    for series in [
+        "evictord_deployment_interceptor_surges_total{result=\"started\"}",
+        "evictord_deployment_interceptor_surges_total{result=\"finished\"}",
+        "evictord_deployment_interceptor_time_to_available_seconds_count",
+    ] {
+        assert!(e.metric(series).await >= replicas as f64, "{series}");
+    }
 }
 
 #[tokio::test]
