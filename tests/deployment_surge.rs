@@ -31,6 +31,15 @@ async fn setup(prefix: &str) -> (Client, String) {
 }
 
 async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
+    let most = drain_keeps_available_at_most(replicas, max_surge, prefix).await;
+    assert!(
+        most <= replicas + max_surge,
+        "surged to {most} replicas, beyond maxSurge {max_surge}"
+    );
+}
+
+/// The drain scenario; returns the most `spec.replicas` seen.
+async fn drain_keeps_available_at_most(replicas: i32, max_surge: i32, prefix: &str) -> i32 {
     let (client, ns) = setup(prefix).await;
     let s = Scenario::start(client, &ns, replicas, max_surge).await;
     let sampler = s.sample();
@@ -41,7 +50,7 @@ async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
         "the Deployment back at its replicas on node b",
     )
     .await;
-    let (min, samples) = sampler.stop().await;
+    let ((min, samples), most) = sampler.stop_all().await;
     assert!(samples > 20, "only {samples} samples");
     assert!(
         min >= replicas,
@@ -73,6 +82,7 @@ async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
     ] {
         assert!(e.metric(series).await >= replicas as f64, "{series}");
     }
+    most
 }
 
 #[tokio::test]
@@ -83,6 +93,16 @@ async fn one_replica_drains_without_downtime() {
 #[tokio::test]
 async fn three_replicas_surge_one_at_a_time() {
     drain_keeps_available(3, 1, "surge-three").await;
+}
+
+#[tokio::test]
+async fn several_pods_surge_together_within_max_surge() {
+    drain_keeps_available(3, 2, "surge-together").await;
+    let most = drain_keeps_available_at_most(3, 3, "surge-all").await;
+    assert!(
+        most > 4,
+        "the three pods never surged together (at most {most} replicas)"
+    );
 }
 
 #[tokio::test]

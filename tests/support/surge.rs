@@ -121,9 +121,11 @@ impl Scenario {
     /// Samples `status.availableReplicas` every 100 ms until [`Sampler::stop`].
     pub fn sample(&self) -> Sampler {
         let min = Arc::new(AtomicI32::new(i32::MAX));
+        let max_replicas = Arc::new(AtomicI32::new(0));
         let samples = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (m, n, s) = (min.clone(), samples.clone(), stop.clone());
+        let top = max_replicas.clone();
         let api = self.deployments();
         let name = self.name.clone();
         let task = tokio::spawn(async move {
@@ -133,6 +135,7 @@ impl Scenario {
                     return;
                 }
                 if let Ok(d) = api.get(&name).await {
+                    top.fetch_max(d.spec.replicas.unwrap_or(0), Ordering::AcqRel);
                     let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
                     m.fetch_min(available, Ordering::AcqRel);
                     n.fetch_add(1, Ordering::AcqRel);
@@ -142,6 +145,7 @@ impl Scenario {
         });
         Sampler {
             min,
+            max_replicas,
             samples,
             stop,
             task,
@@ -152,6 +156,7 @@ impl Scenario {
 /// A running sample of the available replicas.
 pub struct Sampler {
     min: Arc<AtomicI32>,
+    max_replicas: Arc<AtomicI32>,
     samples: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
@@ -160,11 +165,19 @@ pub struct Sampler {
 impl Sampler {
     /// Stops sampling; returns (fewest available replicas seen, number of samples).
     pub async fn stop(self) -> (i32, usize) {
+        self.stop_all().await.0
+    }
+
+    /// Stops sampling; returns ((fewest available replicas, samples), most `spec.replicas`).
+    pub async fn stop_all(self) -> ((i32, usize), i32) {
         self.stop.store(true, Ordering::Release);
         let _ = self.task.await;
         (
-            self.min.load(Ordering::Acquire),
-            self.samples.load(Ordering::Acquire),
+            (
+                self.min.load(Ordering::Acquire),
+                self.samples.load(Ordering::Acquire),
+            ),
+            self.max_replicas.load(Ordering::Acquire),
         )
     }
 }
