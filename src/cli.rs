@@ -139,6 +139,10 @@ pub struct ServeArgs {
     /// Lease duration.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
+    /// Run the `deployment.apps.k8s.io` interceptor (surge Deployments before their pods are
+    /// evicted) with the controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub deployment_interceptor: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

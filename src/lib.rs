@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod controller;
 pub mod drain;
+pub mod interceptor;
 pub mod metrics;
 pub mod selector;
 pub mod serve;

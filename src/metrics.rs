@@ -108,6 +108,11 @@ pub struct Metrics {
     pub pods_evacuating: Gauge,
     /// Time from the Drain stage to Drained.
     pub drain_duration: Histogram,
+    /// Surges of the Deployment interceptor by result: `started`, `finished`, `undone`,
+    /// `abandoned` (someone else scaled), `skipped` (no surge possible).
+    pub deployment_surges: Family<ResultLabel, Counter>,
+    /// Time from the Deployment interceptor's start to its surge pods being available.
+    pub deployment_time_to_available: Histogram,
     registry: Registry,
 }
 
@@ -143,6 +148,8 @@ impl Metrics {
             pods_pending_evacuation: Gauge::default(),
             pods_evacuating: Gauge::default(),
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            deployment_surges: Family::default(),
+            deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -230,6 +237,16 @@ impl Metrics {
             "nodemaintenance_controller_drain_duration_seconds",
             "Time from the Drain stage to Drained",
             m.drain_duration.clone(),
+        );
+        r.register(
+            "evictord_deployment_interceptor_surges",
+            "Surges of the deployment.apps.k8s.io interceptor by result",
+            m.deployment_surges.clone(),
+        );
+        r.register(
+            "evictord_deployment_interceptor_time_to_available_seconds",
+            "Time from the Deployment interceptor's start until its surge pods are available",
+            m.deployment_time_to_available.clone(),
         );
         m
     }

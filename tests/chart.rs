@@ -508,6 +508,8 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
         "the controller's label patch went through"
     );
 
+    surge_as_the_chart_account(&client, &test_ns).await;
+
     // SIGTERM: graceful stop, lease released.
     let status = e.stop().expect("exit status");
     assert!(status.success(), "exit: {status}\n{}", e.logs());
@@ -535,4 +537,89 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
         .delete(fullname, &Default::default())
         .await;
     c.delete_namespace(&test_ns).await;
+}
+
+/// The Deployment interceptor's calls as the chart's ServiceAccount: pod → ReplicaSet →
+/// Deployment, the HorizontalPodAutoscaler list, the surge patch, and the settler's watch and
+/// restore patch. There is no kube-controller-manager in this binary: the test writes the
+/// Deployment's status and owner chain itself.
+async fn surge_as_the_chart_account(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use kube::api::{Patch, PatchParams};
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = deployments
+        .create(
+            &PostParams::default(),
+            &support::fixtures::deployment("web", 1, 1, 0, &["deployment.apps.k8s.io"]),
+        )
+        .await
+        .expect("create Deployment");
+    let settled = |generation: i64, n: i32| {
+        json!({"status": {"observedGeneration": generation, "replicas": n, "updatedReplicas": n,
+            "availableReplicas": n, "readyReplicas": n}})
+    };
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&settled(1, 1)),
+        )
+        .await
+        .expect("Deployment status");
+    let owner = |kind: &str, name: &str, uid: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "ownerReferences": owner("Deployment", "web", d.metadata.uid.as_deref().unwrap())},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}},
+    }))
+    .unwrap();
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &rs)
+        .await
+        .expect("create ReplicaSet");
+    let mut web = pod("web-1-a")
+        .label("app", "web")
+        .interceptors(&["deployment.apps.k8s.io"])
+        .build();
+    web.metadata.owner_references = serde_json::from_value(owner(
+        "ReplicaSet",
+        "web-1",
+        rs.metadata.uid.as_deref().unwrap(),
+    ))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let web = pods.create(&PostParams::default(), &web).await.unwrap();
+    let uid = web.metadata.uid.clone().unwrap();
+    let ers: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "web-1-a", "uid": uid}}, "requesters": [{"name": "rbac.example.com"}]}
+    }))
+    .unwrap();
+    ers.create(&PostParams::default(), &er).await.unwrap();
+    let generation = until(T, "the Deployment surged to 2", || async {
+        let d = deployments.get("web").await.ok()?;
+        (d.spec.replicas == Some(2)).then_some(d.metadata.generation?)
+    })
+    .await;
+    // The "deployment controller": the surge pod is available.
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&settled(generation, 2)),
+        )
+        .await
+        .unwrap();
+    until(
+        T,
+        "the pod evicted and the Deployment back at 1",
+        || async {
+            let d = deployments.get("web").await.ok()?;
+            let gone = pods.get_opt("web-1-a").await.ok()?.is_none();
+            (gone && d.spec.replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
 }

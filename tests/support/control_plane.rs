@@ -33,11 +33,46 @@ pub struct TestCluster {
 }
 
 static CLUSTER: OnceCell<TestCluster> = OnceCell::const_new();
+static CONTROLLER_MANAGER: OnceCell<()> = OnceCell::const_new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 
 /// The control plane of this test binary, started on first use.
 pub async fn cluster() -> &'static TestCluster {
     CLUSTER.get_or_init(start).await
+}
+
+/// The control plane of this test binary with a kube-controller-manager running the deployment,
+/// replicaset and disruption controllers (opt-in: other test binaries run without it).
+pub async fn cluster_with_controller_manager() -> &'static TestCluster {
+    let c = cluster().await;
+    CONTROLLER_MANAGER
+        .get_or_init(|| async { start_controller_manager(c) })
+        .await;
+    c
+}
+
+fn start_controller_manager(c: &TestCluster) {
+    let bin = c.assets.join("kube-controller-manager");
+    assert!(
+        bin.is_file(),
+        "kube-controller-manager not found in KUBEBUILDER_ASSETS={} (tests/tools/envtest.sh builds it)",
+        c.assets.display()
+    );
+    let kcm = Command::new(bin)
+        .args([
+            format!("--kubeconfig={}", c.kubeconfig.display()),
+            "--controllers=deployment,replicaset,disruption".into(),
+            "--leader-elect=false".into(),
+            // No serving: nothing scrapes it, and it needs no authentication delegation then.
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--use-service-account-credentials=false".into(),
+        ])
+        .stdout(log_file(&c.dir, "kube-controller-manager.log"))
+        .stderr(log_file(&c.dir, "kube-controller-manager.err"))
+        .spawn()
+        .expect("starting kube-controller-manager");
+    kill_on_exit(kcm.id());
 }
 
 pub fn free_port() -> u16 {

@@ -225,3 +225,35 @@ pub fn draining_maintenance(
     }))
     .expect("NodeMaintenance")
 }
+
+/// A RollingUpdate Deployment of `replicas` pods labelled `app=name` whose pod template declares
+/// `interceptors`, with `maxSurge`/`maxUnavailable` (grace period 0, like [`pod`]).
+pub fn deployment(
+    name: &str,
+    replicas: i32,
+    max_surge: i32,
+    max_unavailable: i32,
+    interceptors: &[&str],
+) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {"evictord.dev/eviction-interceptors": interceptors.join(",")},
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]
+                }
+            }
+        }
+    }))
+    .expect("deployment")
+}

@@ -9,6 +9,8 @@ pub mod apiserver;
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
+pub mod kubelet;
+pub mod surge;
 pub mod tools;
 pub mod wait;
 

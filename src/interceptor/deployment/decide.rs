@@ -1,0 +1,213 @@
+//! The Deployment interceptor's decisions, pure: what to do for a pod whose EvictionRequest has
+//! made it active ([`on_activation`]), and how to bring a surged Deployment back once the pods
+//! it covered are gone or their requests canceled ([`settle`]).
+
+use super::surge::{DeploymentFacts, Strategy, SurgeRecord, SurgedPod};
+
+/// What the interceptor does for one active request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// No surge: complete at once, saying why (the next interceptor decides).
+    Skip(String),
+    /// Record the pod in the surge and set `spec.replicas` (one patch).
+    Join {
+        /// The record to write.
+        record: SurgeRecord,
+        /// The `spec.replicas` to write (`record.expected_replicas()`).
+        replicas: i32,
+        /// The `spec.replicas` the patch expects to replace.
+        from: i32,
+    },
+    /// In progress: surged, or waiting for a place in the surge.
+    Wait(String),
+    /// The surge pods are available: complete, the pod may go.
+    Ready(String),
+    /// `spec.replicas` was changed by someone else during the surge: their value wins. Write
+    /// `record` (the surge abandoned, [`SurgeRecord::abandon`]) if the Deployment is still the
+    /// version read, leave `spec.replicas`, complete saying so.
+    Abandon {
+        /// The record to write.
+        record: SurgeRecord,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Why a Deployment cannot surge now, if it cannot: the message completes the request.
+fn ineligible(f: &DeploymentFacts, name: &str, own_surge: bool) -> Option<String> {
+    let why = if let Some(hpa) = &f.hpa {
+        format!("HorizontalPodAutoscaler {hpa} scales Deployment {name}: a surge would fight it")
+    } else if f.paused {
+        format!("Deployment {name} is paused")
+    } else if f.strategy == Strategy::Recreate {
+        format!("Deployment {name} uses the Recreate strategy, which never runs extra pods")
+    } else if f.updated_replicas < f.status_replicas
+        || (!own_surge && f.observed_generation < f.generation)
+    {
+        format!("a rollout of Deployment {name} is in progress")
+    } else if f.max_surge == 0 {
+        format!(
+            "Deployment {name} has maxSurge 0 (maxUnavailable {}): it accepts unavailable pods instead of extra ones",
+            f.max_unavailable
+        )
+    } else {
+        return None;
+    };
+    Some(format!("no surge: {why}"))
+}
+
+/// The step for pod `pod` of Deployment `name`, whose request made this interceptor active.
+pub fn on_activation(f: &DeploymentFacts, name: &str, pod: &SurgedPod) -> Step {
+    let record = match &f.record {
+        Ok(r) => r.clone(),
+        Err(e) => {
+            return Step::Skip(format!(
+                "no surge: the annotation {} of Deployment {name} is unreadable ({e}); remove it",
+                super::SURGE_ANNOTATION
+            ));
+        }
+    };
+    let user_scaled = |r: &SurgeRecord| {
+        format!(
+            "no surge: spec.replicas of Deployment {name} was changed to {} by someone else during a surge \
+             (expected {}); their value stays",
+            f.replicas,
+            r.expected_replicas()
+        )
+    };
+    if let Some(r) = &record
+        && f.replicas != r.expected_replicas()
+    {
+        return Step::Abandon {
+            record: r.abandon(f.replicas),
+            message: user_scaled(r),
+        };
+    }
+    if let Some(r) = &record
+        && r.abandoned.iter().any(|p| p.uid == pod.uid)
+    {
+        return Step::Skip(format!(
+            "no surge: spec.replicas of Deployment {name} was changed to {} by someone else during the surge for \
+             this pod; their value stays",
+            f.replicas
+        ));
+    }
+    match record {
+        Some(r) if r.covers(&pod.uid) => {
+            let want = r.expected_replicas();
+            let caught_up = f.observed_generation >= f.generation;
+            if caught_up && f.available_replicas >= want {
+                Step::Ready(format!(
+                    "surged Deployment {name} from {} to {want} replicas; {} available: the pod may go",
+                    r.base, f.available_replicas
+                ))
+            } else {
+                Step::Wait(format!(
+                    "surged Deployment {name} from {} to {want} replicas; waiting until {want} are available (now {})",
+                    r.base, f.available_replicas
+                ))
+            }
+        }
+        record => {
+            let own_surge = record.as_ref().is_some_and(|r| !r.pods.is_empty());
+            if let Some(why) = ineligible(f, name, own_surge) {
+                return Step::Skip(why);
+            }
+            let mut r = record.unwrap_or(SurgeRecord {
+                base: f.replicas,
+                ..SurgeRecord::default()
+            });
+            let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);
+            if in_use >= f.max_surge {
+                return Step::Wait(format!(
+                    "waiting for room to surge Deployment {name}: {in_use} of maxSurge {} in use by other pods",
+                    f.max_surge
+                ));
+            }
+            r.pods.push(pod.clone());
+            Step::Join {
+                replicas: r.expected_replicas(),
+                from: f.replicas,
+                record: r,
+            }
+        }
+    }
+}
+
+/// What became of a pod a surge covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// The pod (that UID) is gone: the surge for it is finished.
+    Gone,
+    /// Its EvictionRequest was canceled or deleted while the pod stays: undo its surge.
+    Kept,
+    /// Still being evicted.
+    Pending,
+}
+
+/// How to bring a Deployment back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// The new record (`None`: remove the annotation).
+    pub record: Option<SurgeRecord>,
+    /// The `spec.replicas` to write, replacing `from`; `None` leaves `spec.replicas` alone
+    /// (someone else changed it: their value wins).
+    pub replicas: Option<(i32, i32)>,
+    /// Pods whose surge finished.
+    pub finished: usize,
+    /// Pods whose surge was undone.
+    pub undone: usize,
+    /// Someone else changed `spec.replicas`: the covered pods were abandoned.
+    pub abandoned: bool,
+}
+
+/// The settling write for a Deployment with facts `f`, given the fate of each covered or
+/// abandoned pod; `None` when nothing is to be done.
+pub fn settle(f: &DeploymentFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle> {
+    let record = f.record.as_ref().ok()?.as_ref()?;
+    if f.replicas != record.expected_replicas() {
+        let next = record.abandon(f.replicas);
+        return Some(Settle {
+            abandoned: !record.pods.is_empty(),
+            record: Some(next),
+            replicas: None,
+            finished: 0,
+            undone: 0,
+        });
+    }
+    let fate_of = |p: &SurgedPod| {
+        fates
+            .iter()
+            .find(|(q, _)| q.uid == p.uid)
+            .map_or(Fate::Pending, |(_, fate)| *fate)
+    };
+    let count = |fate: Fate| record.pods.iter().filter(|p| fate_of(p) == fate).count();
+    let (finished, undone) = (count(Fate::Gone), count(Fate::Kept));
+    let pending = |list: &[SurgedPod]| -> Vec<SurgedPod> {
+        list.iter()
+            .filter(|p| fate_of(p) == Fate::Pending)
+            .cloned()
+            .collect()
+    };
+    let next = SurgeRecord {
+        base: record.base,
+        pods: pending(&record.pods),
+        abandoned: pending(&record.abandoned),
+    };
+    if next == *record {
+        return None;
+    }
+    let replicas = (finished + undone > 0).then(|| (f.replicas, next.expected_replicas()));
+    let empty = next.pods.is_empty() && next.abandoned.is_empty();
+    Some(Settle {
+        record: (!empty).then_some(next),
+        replicas,
+        finished,
+        undone,
+        abandoned: false,
+    })
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

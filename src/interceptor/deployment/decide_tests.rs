@@ -1,0 +1,155 @@
+//! Table tests of the Deployment interceptor's decisions: a row per rule.
+
+use rstest::rstest;
+
+use super::*;
+
+fn pod(uid: &str) -> SurgedPod {
+    SurgedPod {
+        name: format!("pod-{uid}"),
+        uid: uid.into(),
+    }
+}
+
+fn record(base: i32, uids: &[&str]) -> SurgeRecord {
+    SurgeRecord {
+        base,
+        pods: uids.iter().map(|u| pod(u)).collect(),
+        abandoned: Vec::new(),
+    }
+}
+
+fn abandoned(base: i32, uids: &[&str]) -> SurgeRecord {
+    SurgeRecord {
+        base,
+        pods: Vec::new(),
+        abandoned: uids.iter().map(|u| pod(u)).collect(),
+    }
+}
+
+fn with_record(f: DeploymentFacts, r: SurgeRecord) -> DeploymentFacts {
+    DeploymentFacts {
+        record: Ok(Some(r)),
+        ..f
+    }
+}
+
+/// A settled RollingUpdate Deployment of `replicas`, all available, maxSurge 1.
+fn facts(replicas: i32) -> DeploymentFacts {
+    DeploymentFacts {
+        replicas,
+        paused: false,
+        strategy: Strategy::RollingUpdate,
+        max_surge: 1,
+        max_unavailable: 0,
+        generation: 4,
+        observed_generation: 4,
+        status_replicas: replicas,
+        updated_replicas: replicas,
+        available_replicas: replicas,
+        hpa: None,
+        record: Ok(None),
+    }
+}
+
+fn surged(base: i32, uids: &[&str], available: i32) -> DeploymentFacts {
+    let r = record(base, uids);
+    DeploymentFacts {
+        replicas: r.expected_replicas(),
+        status_replicas: r.expected_replicas(),
+        updated_replicas: r.expected_replicas(),
+        available_replicas: available,
+        record: Ok(Some(r)),
+        ..facts(base)
+    }
+}
+
+fn kind(step: &Step) -> &'static str {
+    match step {
+        Step::Skip(_) => "skip",
+        Step::Join { .. } => "join",
+        Step::Wait(_) => "wait",
+        Step::Ready(_) => "ready",
+        Step::Abandon { .. } => "abandon",
+    }
+}
+
+#[rstest]
+#[case::hpa(DeploymentFacts { hpa: Some("h".into()), ..facts(1) }, "skip", "HorizontalPodAutoscaler h")]
+#[case::paused(DeploymentFacts { paused: true, ..facts(1) }, "skip", "is paused")]
+#[case::recreate(DeploymentFacts { strategy: Strategy::Recreate, ..facts(1) }, "skip", "Recreate")]
+#[case::rollout_old_pods(DeploymentFacts { updated_replicas: 0, ..facts(1) }, "skip", "rollout")]
+#[case::rollout_not_observed(DeploymentFacts { observed_generation: 3, ..facts(1) }, "skip", "rollout")]
+#[case::max_surge_zero(DeploymentFacts { max_surge: 0, max_unavailable: 1, ..facts(3) }, "skip", "maxSurge 0")]
+#[case::bad_annotation(DeploymentFacts { record: Err("x".into()), ..facts(1) }, "skip", "unreadable")]
+#[case::first_pod_joins(facts(1), "join", "")]
+#[case::no_room(surged(3, &["a"], 3), "wait", "1 of maxSurge 1 in use")]
+#[case::room_for_second(DeploymentFacts { max_surge: 2, ..surged(3, &["a"], 3) }, "join", "")]
+// Our own surge bumped the generation: not a rollout.
+#[case::own_surge_not_a_rollout(DeploymentFacts { max_surge: 2, observed_generation: 3, ..surged(3, &["a"], 3) }, "join", "")]
+#[case::covered_waiting(surged(1, &["p"], 1), "wait", "waiting until 2 are available (now 1)")]
+#[case::covered_ready(surged(1, &["p"], 2), "ready", "the pod may go")]
+#[case::covered_not_observed(DeploymentFacts { observed_generation: 3, ..surged(1, &["p"], 2) }, "wait", "")]
+#[case::user_scaled(DeploymentFacts { replicas: 5, ..surged(1, &["p"], 2) }, "abandon", "changed to 5 by someone else")]
+#[case::user_scaled_other_pod(DeploymentFacts { replicas: 5, ..surged(1, &["a"], 2) }, "abandon", "expected 2")]
+// A pod whose surge was abandoned is not surged again.
+#[case::abandoned_pod(with_record(facts(4), abandoned(4, &["p"])), "skip", "changed to 4 by someone else")]
+// Others surge from the user's value.
+#[case::after_abandon_others_join(with_record(facts(4), abandoned(4, &["a"])), "join", "")]
+fn activation_rows(#[case] f: DeploymentFacts, #[case] expected: &str, #[case] text: &str) {
+    let step = on_activation(&f, "d", &pod("p"));
+    assert_eq!(kind(&step), expected, "{step:?}");
+    let message = match &step {
+        Step::Skip(m) | Step::Wait(m) | Step::Ready(m) => m.clone(),
+        Step::Abandon { message, record } => {
+            assert_eq!(record.base, f.replicas, "the user's value is the new base");
+            message.clone()
+        }
+        Step::Join { .. } => String::new(),
+    };
+    assert!(message.contains(text), "{message:?} lacks {text:?}");
+}
+
+#[test]
+fn join_adds_one_replica_on_top_of_the_base() {
+    let f = DeploymentFacts {
+        max_surge: 2,
+        ..surged(3, &["a"], 3)
+    };
+    assert_eq!(
+        on_activation(&f, "d", &pod("p")),
+        Step::Join {
+            record: record(3, &["a", "p"]),
+            replicas: 5,
+            from: 4
+        }
+    );
+    assert_eq!(
+        on_activation(&facts(1), "d", &pod("p")),
+        Step::Join {
+            record: record(1, &["p"]),
+            replicas: 2,
+            from: 1
+        }
+    );
+}
+
+#[rstest]
+#[case::nothing_recorded(facts(1), vec![], None)]
+#[case::pending(surged(1, &["a"], 2), vec![("a", Fate::Pending)], None)]
+#[case::gone_restores(surged(1, &["a"], 2), vec![("a", Fate::Gone)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 1, undone: 0, abandoned: false }))]
+#[case::canceled_undoes(surged(1, &["a"], 2), vec![("a", Fate::Kept)], Some(Settle { record: None, replicas: Some((2, 1)), finished: 0, undone: 1, abandoned: false }))]
+#[case::one_of_two_gone(surged(3, &["a", "b"], 5), vec![("a", Fate::Gone), ("b", Fate::Pending)], Some(Settle { record: Some(record(3, &["b"])), replicas: Some((5, 4)), finished: 1, undone: 0, abandoned: false }))]
+// Someone else scaled: drop the record, leave their replicas.
+#[case::user_scaled(DeploymentFacts { replicas: 7, ..surged(1, &["a"], 2) }, vec![("a", Fate::Pending)], Some(Settle { record: Some(abandoned(7, &["a"])), replicas: None, finished: 0, undone: 0, abandoned: true }))]
+// Abandoned pods are forgotten once gone, without touching replicas.
+#[case::abandoned_pending(with_record(facts(7), abandoned(7, &["a"])), vec![("a", Fate::Pending)], None)]
+#[case::abandoned_gone(with_record(facts(7), abandoned(7, &["a"])), vec![("a", Fate::Gone)], Some(Settle { record: None, replicas: None, finished: 0, undone: 0, abandoned: false }))]
+fn settle_rows(
+    #[case] f: DeploymentFacts,
+    #[case] fates: Vec<(&str, Fate)>,
+    #[case] expected: Option<Settle>,
+) {
+    let fates: Vec<(SurgedPod, Fate)> = fates.into_iter().map(|(u, f)| (pod(u), f)).collect();
+    assert_eq!(settle(&f, &fates), expected);
+}

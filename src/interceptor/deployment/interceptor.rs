@@ -1,0 +1,273 @@
+//! The I/O shell of the Deployment interceptor on active requests: find the pod's Deployment and
+//! its autoscaler, take [`on_activation`]'s step, and write the Deployment with one guarded JSON
+//! patch ([`patch_deployment`], shared with the settler).
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use super::decide::{Step, on_activation};
+use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
+use super::{Error, NAME, SURGE_ANNOTATION};
+use crate::api::EvictionRequest;
+use crate::interceptor::{BoxError, Interceptor, Progress};
+use crate::metrics::{ResultLabel, metrics};
+
+/// How often one look at a request retries after a concurrent Deployment write.
+const CONFLICT_RETRIES: usize = 5;
+
+/// The `deployment.apps.k8s.io` interceptor.
+pub struct DeploymentInterceptor {
+    client: Client,
+    recorder: Recorder,
+}
+
+pub(super) fn recorder(client: &Client) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "evictord".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    )
+}
+
+pub(super) fn count(result: &'static str) {
+    metrics()
+        .deployment_surges
+        .get_or_create(&ResultLabel { result })
+        .inc();
+}
+
+/// Records an event on the Deployment (failures are logged only).
+pub(super) async fn event(recorder: &Recorder, d: &Deployment, reason: &str, note: String) {
+    let e = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Surge".into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&e, &d.object_ref(&())).await {
+        warn!(error = %err, reason, "could not record event");
+    }
+}
+
+/// True for 409 Conflict and for 422 from a failed `test` of a JSON patch.
+pub(super) fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Patch(_, kube::Error::Api(s)) if s.code == 409 || s.code == 422)
+}
+
+/// One JSON patch of Deployment `d`: it fails unless `d` is unchanged (resourceVersion) and, when
+/// `replicas` is `(from, to)`, `spec.replicas` is still `from`; it sets `spec.replicas` to `to`
+/// and writes `record` into [`SURGE_ANNOTATION`] (removes it for `None`).
+pub(super) async fn patch_deployment(
+    client: &Client,
+    d: &Deployment,
+    replicas: Option<(i32, i32)>,
+    record: Option<&SurgeRecord>,
+) -> Result<Deployment, Error> {
+    let name = d.name_any();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &d.namespace().unwrap_or_default());
+    let mut ops: Vec<Value> = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": d.resource_version()}),
+    ];
+    if let Some((from, to)) = replicas {
+        ops.push(json!({"op": "test", "path": "/spec/replicas", "value": from}));
+        ops.push(json!({"op": "replace", "path": "/spec/replicas", "value": to}));
+    }
+    let key = format!(
+        "/metadata/annotations/{}",
+        SURGE_ANNOTATION.replace('/', "~1")
+    );
+    let annotations = d.metadata.annotations.as_ref();
+    match (record, annotations) {
+        (Some(r), Some(_)) => {
+            ops.push(json!({"op": "add", "path": key, "value": serde_json::to_string(r).unwrap_or_default()}))
+        }
+        (Some(r), None) => ops.push(json!({"op": "add", "path": "/metadata/annotations",
+            "value": {SURGE_ANNOTATION: serde_json::to_string(r).unwrap_or_default()}})),
+        (None, Some(a)) if a.contains_key(SURGE_ANNOTATION) => {
+            ops.push(json!({"op": "remove", "path": key}))
+        }
+        (None, _) => {}
+    }
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+        .map_err(|e| Error::Patch(name.clone(), kube::Error::SerdeError(e)))?;
+    api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| Error::Patch(name, e))
+}
+
+fn controller_of(owners: Option<&Vec<OwnerReference>>) -> Option<&OwnerReference> {
+    owners?.iter().find(|o| o.controller == Some(true))
+}
+
+impl DeploymentInterceptor {
+    /// The interceptor, writing with `client`.
+    pub fn new(client: Client) -> Self {
+        Self {
+            recorder: recorder(&client),
+            client,
+        }
+    }
+
+    /// The name of the Deployment owning `pod` through its ReplicaSet, or why there is none.
+    async fn deployment_of(&self, ns: &str, pod: &Pod) -> Result<Result<String, String>, Error> {
+        let pod_name = pod.name_any();
+        let Some(owner) = controller_of(pod.metadata.owner_references.as_ref()) else {
+            return Ok(Err(format!("pod {pod_name} has no controller")));
+        };
+        if owner.kind != "ReplicaSet" {
+            return Ok(Err(format!(
+                "pod {pod_name} is owned by {} {}, not by a Deployment",
+                owner.kind, owner.name
+            )));
+        }
+        let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
+        let rs = sets
+            .get_opt(&owner.name)
+            .await
+            .map_err(|e| Error::Read(format!("ReplicaSet {}", owner.name), e))?;
+        let Some(rs) = rs else {
+            return Ok(Err(format!("ReplicaSet {} is gone", owner.name)));
+        };
+        match controller_of(rs.metadata.owner_references.as_ref()) {
+            Some(o) if o.kind == "Deployment" => Ok(Ok(o.name.clone())),
+            _ => Ok(Err(format!(
+                "ReplicaSet {} of pod {pod_name} is not owned by a Deployment",
+                owner.name
+            ))),
+        }
+    }
+
+    /// The HorizontalPodAutoscaler targeting Deployment `name`, if any.
+    async fn autoscaler_of(&self, ns: &str, name: &str) -> Result<Option<String>, Error> {
+        let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
+        let list = hpas
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::Read("HorizontalPodAutoscalers".into(), e))?;
+        Ok(list.items.into_iter().find_map(|h| {
+            let target = &h.spec.scale_target_ref;
+            (target.kind == "Deployment" && target.name == name).then(|| h.name_any())
+        }))
+    }
+
+    async fn step(&self, request: &EvictionRequest, pod: &Pod) -> Result<Progress, Error> {
+        let ns = pod.namespace().unwrap_or_default();
+        let name = match self.deployment_of(&ns, pod).await? {
+            Ok(name) => name,
+            Err(why) => {
+                count("skipped");
+                return Ok(Progress::complete(format!("no surge: {why}")));
+            }
+        };
+        let target = SurgedPod {
+            name: pod.name_any(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        };
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
+        for _ in 0..CONFLICT_RETRIES {
+            let Some(d) = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::Read(format!("Deployment {name}"), e))?
+            else {
+                return Ok(Progress::complete(format!(
+                    "no surge: Deployment {name} is gone"
+                )));
+            };
+            let facts = DeploymentFacts::read(&d, self.autoscaler_of(&ns, &name).await?);
+            let written = match on_activation(&facts, &name, &target) {
+                Step::Skip(message) => {
+                    count("skipped");
+                    return Ok(Progress::complete(message));
+                }
+                Step::Wait(message) => return Ok(Progress::in_progress(message)),
+                Step::Ready(message) => {
+                    observe_time_to_available(request);
+                    return Ok(Progress::complete(message));
+                }
+                Step::Join {
+                    record,
+                    replicas,
+                    from,
+                } => patch_deployment(&self.client, &d, Some((from, replicas)), Some(&record))
+                    .await
+                    .map(|_| {
+                        (
+                            "SurgeStarted",
+                            format!(
+                                "Surged from {from} to {replicas} replicas for the eviction of pod {}",
+                                target.name
+                            ),
+                            Progress::in_progress(format!(
+                                "surged Deployment {name} from {from} to {replicas} replicas; waiting until they are available"
+                            )),
+                        )
+                    }),
+                Step::Abandon { record, message } => {
+                    // Only on the version read (resourceVersion test); replicas untouched.
+                    patch_deployment(&self.client, &d, None, Some(&record))
+                        .await
+                        .map(|_| ("SurgeAbandoned", message.clone(), Progress::complete(message)))
+                }
+            };
+            match written {
+                Ok((reason, note, progress)) => {
+                    info!(deployment = %name, reason, "{note}");
+                    count(if reason == "SurgeStarted" {
+                        "started"
+                    } else {
+                        "abandoned"
+                    });
+                    event(&self.recorder, &d, reason, note).await;
+                    return Ok(progress);
+                }
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Progress::in_progress(format!(
+            "Deployment {name} keeps changing; trying again"
+        )))
+    }
+}
+
+fn observe_time_to_available(request: &EvictionRequest) {
+    let entry = request.status.as_ref().and_then(|s| s.interceptor(NAME));
+    if let Some(start) = entry
+        .filter(|e| e.completion_time.is_none())
+        .and_then(|e| e.start_time.as_ref())
+    {
+        let secs = Timestamp::now().duration_since(start.0).as_secs_f64();
+        metrics()
+            .deployment_time_to_available
+            .observe(secs.max(0.0));
+    }
+}
+
+impl Interceptor for DeploymentInterceptor {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn progress(
+        &self,
+        request: &EvictionRequest,
+        pod: Option<&Pod>,
+    ) -> Result<Progress, BoxError> {
+        let Some(pod) = pod else {
+            return Ok(Progress::complete("no surge: the pod is gone"));
+        };
+        Ok(self.step(request, pod).await?)
+    }
+}

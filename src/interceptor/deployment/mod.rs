@@ -1,0 +1,62 @@
+//! The `deployment.apps.k8s.io` interceptor (SPEC 5.2, seed 000 "Pod Surge Example"): drain a
+//! Deployment's pods without losing availability by surging first.
+//!
+//! For a pod of a RollingUpdate Deployment (pod → ReplicaSet → Deployment) it raises
+//! `spec.replicas` by one per pod being evicted, within `maxSurge`, records the surge in the
+//! Deployment's annotation [`SURGE_ANNOTATION`] in the same patch, waits until the Deployment
+//! has that many available replicas, and completes; the next interceptor (in the end the
+//! Eviction API, which the PodDisruptionBudget now allows) removes the pod. The [`settler`]
+//! brings `spec.replicas` back once the pod is gone, or undoes the surge when the request is
+//! canceled. Every Deployment write tests its resourceVersion and the replicas it replaces, so
+//! a user's scale is never overwritten: it wins, and the record is dropped.
+//!
+//! Built only on [`crate::interceptor`] and the Kubernetes API (convention 16).
+
+pub mod decide;
+mod interceptor;
+mod settler;
+pub mod surge;
+
+use std::time::Duration;
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+pub use interceptor::DeploymentInterceptor;
+
+use crate::interceptor::{Runner, Settings};
+
+/// The interceptor's name, as pods declare it.
+pub const NAME: &str = "deployment.apps.k8s.io";
+/// Deployment annotation holding the [`surge::SurgeRecord`] while a surge lasts.
+pub const SURGE_ANNOTATION: &str = "evictord.dev/surge";
+/// How often a surged Deployment and an active request are looked at again.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// Errors of the Deployment interceptor's API calls.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading an object failed.
+    #[error("reading {0}: {1}")]
+    Read(String, #[source] kube::Error),
+    /// Patching a Deployment failed.
+    #[error("patching Deployment {0}: {1}")]
+    Patch(String, #[source] kube::Error),
+}
+
+/// Runs the interceptor (on active requests) and the settler (on surged Deployments) until
+/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`].
+pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken) {
+    let settings = Settings {
+        poll_interval: POLL,
+        ..settings
+    };
+    let runner = Runner::new(client.clone(), settings);
+    let token = shutdown.clone();
+    tokio::join!(
+        runner.run(DeploymentInterceptor::new(client.clone()), async move {
+            token.cancelled().await
+        }),
+        settler::run(client, shutdown),
+    );
+}

@@ -1,0 +1,211 @@
+//! The I/O shell of the SDK: a kube-runtime `Controller` on EvictionRequests that asks the
+//! [`Interceptor`] for its progress while it is the active interceptor of a request, and writes
+//! what [`next_write`] decides as one guarded JSON patch of the `status` subresource.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
+use crate::api::EvictionRequest;
+
+/// The error type interceptors return from [`Interceptor::progress`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An EvictionRequest interceptor: a name and a progress report.
+///
+/// The runner calls [`Interceptor::progress`] whenever a request whose active interceptor is
+/// [`Interceptor::name`] changes, and every poll interval while it is in progress. It must be
+/// idempotent and keep its state in the cluster (the request's status, annotations on the
+/// objects it changes), never in memory: after a restart it is simply asked again.
+pub trait Interceptor: Send + Sync + 'static {
+    /// The interceptor's name as pods declare it in `evictord.dev/eviction-interceptors`.
+    fn name(&self) -> &str;
+
+    /// How far the interceptor got with `request`; `pod` is the target pod (`None` when it is
+    /// gone or has another UID).
+    ///
+    /// # Errors
+    /// Any failure (e.g. an API call): logged, and the request is looked at again shortly.
+    fn progress(
+        &self,
+        request: &EvictionRequest,
+        pod: Option<&Pod>,
+    ) -> impl Future<Output = Result<Progress, BoxError>> + Send;
+}
+
+/// Errors of one look at a request (retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the target pod failed.
+    #[error("reading pod {0}: {1}")]
+    Pod(String, #[source] kube::Error),
+    /// The interceptor failed.
+    #[error("interceptor {0}: {1}")]
+    Progress(String, #[source] BoxError),
+    /// The status patch failed (409/422: the request changed meanwhile; looked at again).
+    #[error("patching status of {0}: {1}")]
+    Status(String, #[source] kube::Error),
+    /// The status patch could not be encoded.
+    #[error("encoding the status patch of {0}: {1}")]
+    Encode(String, #[source] serde_json::Error),
+}
+
+/// Runs an [`Interceptor`] against a cluster.
+#[derive(Clone)]
+pub struct Runner {
+    client: Client,
+    settings: Settings,
+    namespace: Option<String>,
+}
+
+struct Context<I> {
+    client: Client,
+    settings: Settings,
+    interceptor: I,
+}
+
+impl Runner {
+    /// A runner for the requests of every namespace.
+    pub fn new(client: Client, settings: Settings) -> Self {
+        Self {
+            client,
+            settings,
+            namespace: None,
+        }
+    }
+
+    /// Only the requests of `namespace`.
+    pub fn namespaced(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self
+    }
+
+    /// Runs `interceptor` until `shutdown` completes.
+    pub async fn run<I: Interceptor>(
+        self,
+        interceptor: I,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        let api: Api<EvictionRequest> = match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let ctx = Arc::new(Context {
+            client: self.client,
+            settings: self.settings,
+            interceptor,
+        });
+        Controller::new(api, watcher::Config::default().any_semantic())
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    debug!(error = %e, "interceptor reconcile did not complete");
+                }
+            })
+            .await;
+    }
+}
+
+fn error_policy<I: Interceptor>(
+    _req: Arc<EvictionRequest>,
+    error: &Error,
+    ctx: Arc<Context<I>>,
+) -> Action {
+    match error {
+        Error::Status(_, kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
+            debug!(%error, "concurrent write; looking again");
+            Action::requeue(std::time::Duration::from_millis(200))
+        }
+        _ => {
+            warn!(%error, interceptor = ctx.interceptor.name(), "interceptor step failed; retrying");
+            Action::requeue(std::time::Duration::from_secs(2))
+        }
+    }
+}
+
+async fn reconcile<I: Interceptor>(
+    req: Arc<EvictionRequest>,
+    ctx: Arc<Context<I>>,
+) -> Result<Action, Error> {
+    let span = info_span!(
+        "interceptor",
+        interceptor = ctx.interceptor.name(),
+        request = %format!("{}/{}", req.namespace().unwrap_or_default(), req.name_any())
+    );
+    reconcile_inner(req, &ctx).instrument(span).await
+}
+
+async fn reconcile_inner<I: Interceptor>(
+    req: Arc<EvictionRequest>,
+    ctx: &Context<I>,
+) -> Result<Action, Error> {
+    let name = ctx.interceptor.name();
+    let status = req.status.clone().unwrap_or_default();
+    if status.is_terminal() || !status.active_interceptors.iter().any(|a| a == name) {
+        return Ok(Action::await_change());
+    }
+    let ns = req.namespace().unwrap_or_default();
+    let target = &req.spec.target.pod;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod = pods
+        .get_opt(&target.name)
+        .await
+        .map_err(|e| Error::Pod(target.name.clone(), e))?
+        .filter(|p| p.metadata.uid.as_deref() == Some(target.uid.as_str()));
+    let progress = ctx
+        .interceptor
+        .progress(&req, pod.as_ref())
+        .await
+        .map_err(|e| Error::Progress(name.to_string(), e))?;
+    let mut current = (*req).clone();
+    if let Some(patch) = next_write(&req, name, &progress, Timestamp::now(), &ctx.settings) {
+        current = write_entry(&ctx.client, &req, name, &patch).await?;
+    }
+    if matches!(progress, Progress::Complete { .. }) {
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(next_wakeup(
+        &current,
+        name,
+        Timestamp::now(),
+        &ctx.settings,
+    )))
+}
+
+/// One JSON patch of the status subresource: it fails (422) unless the request is still the
+/// version read and `name` still active, and it replaces only `name`'s own entry.
+async fn write_entry(
+    client: &Client,
+    req: &EvictionRequest,
+    name: &str,
+    patch: &EntryPatch,
+) -> Result<EvictionRequest, Error> {
+    let ns = req.namespace().unwrap_or_default();
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let i = patch.index;
+    let ops: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": req.resource_version()},
+        {"op": "test", "path": "/status/activeInterceptors/0", "value": name},
+        {"op": "test", "path": format!("/status/interceptors/{i}/name"), "value": name},
+        {"op": "replace", "path": format!("/status/interceptors/{i}"), "value": patch.entry},
+    ]))
+    .map_err(|e| Error::Encode(req.name_any(), e))?;
+    api.patch_status(
+        &req.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(ops),
+    )
+    .await
+    .map_err(|e| Error::Status(req.name_any(), e))
+}

@@ -1,0 +1,338 @@
+//! The `deployment.apps.k8s.io` interceptor on a real kube-apiserver with kube-controller-manager
+//! (deployment, replicaset and disruption controllers): draining a node never lowers a
+//! Deployment's available replicas, and the Deployment ends at its replicas on another node.
+//! No surge for paused, Recreate, autoscaled Deployments and bare pods; a user's scale wins; a
+//! canceled request undoes the surge. Also the SDK's example interceptor
+//! (`examples/surge_log.rs`) against the same control plane.
+
+mod support;
+
+#[path = "../examples/surge_log.rs"]
+#[allow(dead_code)]
+mod surge_log;
+
+use std::time::Duration;
+
+use evictord::api::EvictionRequest;
+use evictord::interceptor::{Runner, Settings};
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use support::fixtures::pod;
+use support::surge::{FLAGS, INTERCEPTOR, Scenario};
+use support::wait::until;
+
+async fn setup(prefix: &str) -> (Client, String) {
+    let c = support::control_plane::cluster_with_controller_manager().await;
+    support::evictord::shared(FLAGS).await;
+    (c.client().await, c.namespace(prefix).await)
+}
+
+async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
+    let most = drain_keeps_available_at_most(replicas, max_surge, prefix).await;
+    assert!(
+        most <= replicas + max_surge,
+        "surged to {most} replicas, beyond maxSurge {max_surge}"
+    );
+}
+
+/// The drain scenario; returns the most `spec.replicas` seen.
+async fn drain_keeps_available_at_most(replicas: i32, max_surge: i32, prefix: &str) -> i32 {
+    let (client, ns) = setup(prefix).await;
+    let s = Scenario::start(client, &ns, replicas, max_surge).await;
+    let sampler = s.sample();
+    s.drain().await;
+    s.wait_drained(Duration::from_secs(180)).await;
+    s.wait_settled_on(
+        &s.b.clone(),
+        "the Deployment back at its replicas on node b",
+    )
+    .await;
+    let ((min, samples), most) = sampler.stop_all().await;
+    assert!(samples > 20, "only {samples} samples");
+    assert!(
+        min >= replicas,
+        "the Deployment had only {min} available replicas during the drain (want ≥ {replicas})"
+    );
+    // Events on the Deployment and the metrics (other tests of this binary add to the counters).
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &ns);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
+        .filter_map(|e| e.reason)
+        .collect();
+    // (Repeated events are folded into one with a count.)
+    for reason in ["SurgeStarted", "SurgeFinished"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event: {reasons:?}"
+        );
+    }
+    let e = support::evictord::shared(FLAGS).await;
+    for series in [
+        "evictord_deployment_interceptor_surges_total{result=\"started\"}",
+        "evictord_deployment_interceptor_surges_total{result=\"finished\"}",
+        "evictord_deployment_interceptor_time_to_available_seconds_count",
+    ] {
+        assert!(e.metric(series).await >= replicas as f64, "{series}");
+    }
+    most
+}
+
+#[tokio::test]
+async fn one_replica_drains_without_downtime() {
+    drain_keeps_available(1, 1, "surge-one").await;
+}
+
+#[tokio::test]
+async fn three_replicas_surge_one_at_a_time() {
+    drain_keeps_available(3, 1, "surge-three").await;
+}
+
+#[tokio::test]
+async fn several_pods_surge_together_within_max_surge() {
+    drain_keeps_available(3, 2, "surge-together").await;
+    let most = drain_keeps_available_at_most(3, 3, "surge-all").await;
+    assert!(
+        most > 4,
+        "the three pods never surged together (at most {most} replicas)"
+    );
+}
+
+#[tokio::test]
+async fn the_sdk_example_interceptor_completes_its_turn() {
+    let (client, ns) = setup("sdk-example").await;
+    let p = pod("p")
+        .interceptors(&["log.example.com"])
+        .create(&client, &ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let settings = Settings {
+        min_heartbeat_interval: Duration::from_secs(1),
+        default_deadline: Duration::from_secs(40),
+        poll_interval: Duration::from_secs(1),
+    };
+    let interceptor = surge_log::LogInterceptor {
+        work: Duration::from_secs(3),
+    };
+    let runner = Runner::new(client.clone(), settings).namespaced(&ns);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(runner.run(interceptor, async move {
+        let _ = stop_rx.await;
+    }));
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "p", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    let entry = until(Duration::from_secs(60), "the request Evicted", || async {
+        let s = api.get(&uid).await.ok()?.status?;
+        let e = s.interceptor("log.example.com")?.clone();
+        s.is_true("Evicted").then_some(e)
+    })
+    .await;
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    assert_eq!(entry.message.as_deref(), Some("connections of p drained"));
+    let (start, done) = (
+        entry.start_time.unwrap().0,
+        entry.completion_time.unwrap().0,
+    );
+    assert!(
+        done.duration_since(start).as_secs() >= 3,
+        "{start} → {done}"
+    );
+    assert!(entry.heartbeat_time.is_some());
+}
+
+/// Creates an EvictionRequest for one pod of the scenario's Deployment; returns its API and name.
+async fn request_one(s: &Scenario) -> (Api<EvictionRequest>, String) {
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    let p = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let (name, uid) = (p.name_any(), p.metadata.uid.clone().unwrap());
+    let api: Api<EvictionRequest> = Api::namespaced(s.client.clone(), &s.ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    (api, uid)
+}
+
+/// Waits until the interceptor's entry is complete; returns its message.
+async fn completed_message(api: &Api<EvictionRequest>, uid: &str) -> String {
+    until(
+        Duration::from_secs(60),
+        "the interceptor complete",
+        || async {
+            let s = api.get(uid).await.ok()?.status?;
+            let e = s.interceptor(INTERCEPTOR)?;
+            e.completion_time.as_ref()?;
+            e.message.clone()
+        },
+    )
+    .await
+}
+
+async fn wait_replicas(s: &Scenario, replicas: i32, surged: bool) {
+    until(
+        Duration::from_secs(60),
+        &format!("spec.replicas {replicas}, surge recorded: {surged}"),
+        || async {
+            let d = s.deployments().get(&s.name).await.ok()?;
+            (d.spec.replicas == Some(replicas)
+                && d.annotations().contains_key("evictord.dev/surge") == surged)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Patches the Deployment and waits until the deployment controller observed it.
+async fn change_deployment(s: &Scenario, patch: serde_json::Value) {
+    let d = s
+        .deployments()
+        .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let generation = d.metadata.generation;
+    until(Duration::from_secs(30), "the change observed", || async {
+        let d = s.deployments().get(&s.name).await.ok()?;
+        (d.status?.observed_generation == generation).then_some(())
+    })
+    .await;
+}
+
+async fn no_surge(prefix: &str, why: &str, prepare: impl AsyncFnOnce(&Scenario)) {
+    let (client, ns) = setup(prefix).await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    prepare(&s).await;
+    let (api, uid) = request_one(&s).await;
+    let message = completed_message(&api, &uid).await;
+    assert!(message.contains(why), "{message:?} lacks {why:?}");
+    let d = s.deployments().get(&s.name).await.unwrap();
+    assert_eq!(d.spec.replicas, Some(1), "never surged");
+    assert!(!d.annotations().contains_key("evictord.dev/surge"));
+}
+
+#[tokio::test]
+async fn a_paused_deployment_is_not_surged() {
+    no_surge("nosurge-paused", "is paused", async |s| {
+        change_deployment(s, json!({"spec": {"paused": true}})).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_recreate_deployment_is_not_surged() {
+    no_surge("nosurge-recreate", "Recreate", async |s| {
+        change_deployment(
+            s,
+            json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}}),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_autoscaled_deployment_is_not_surged() {
+    no_surge("nosurge-hpa", "HorizontalPodAutoscaler web-hpa", async |s| {
+        let hpa = serde_json::from_value(json!({
+            "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web-hpa"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": s.name},
+                     "minReplicas": 1, "maxReplicas": 3},
+        }))
+        .unwrap();
+        Api::<HorizontalPodAutoscaler>::namespaced(s.client.clone(), &s.ns)
+            .create(&PostParams::default(), &hpa)
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_a_deployment_is_not_surged() {
+    let (client, ns) = setup("nosurge-bare").await;
+    let p = pod("bare")
+        .interceptors(&[INTERCEPTOR])
+        .create(&client, &ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "bare", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    let message = completed_message(&api, &uid).await;
+    assert!(message.contains("has no controller"), "{message:?}");
+}
+
+#[tokio::test]
+async fn a_users_scale_during_the_surge_wins() {
+    let (client, ns) = setup("surge-user").await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    s.kubelet.set_ready(false);
+    let (api, uid) = request_one(&s).await;
+    wait_replicas(&s, 2, true).await;
+    s.deployments()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    let message = completed_message(&api, &uid).await;
+    assert!(
+        message.contains("changed to 4 by someone else"),
+        "{message:?}"
+    );
+    // Once the new pods are ready the PDB lets the pod go, and the abandoned record is dropped.
+    s.kubelet.set_ready(true);
+    wait_replicas(&s, 4, false).await;
+    // Stays at the user's value.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let d = s.deployments().get(&s.name).await.unwrap();
+    assert_eq!(d.spec.replicas, Some(4));
+}
+
+#[tokio::test]
+async fn a_canceled_request_undoes_the_surge() {
+    let (client, ns) = setup("surge-cancel").await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    s.kubelet.set_ready(false);
+    let (api, uid) = request_one(&s).await;
+    wait_replicas(&s, 2, true).await;
+    api.patch(
+        &uid,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"requesters": []}})),
+    )
+    .await
+    .unwrap();
+    wait_replicas(&s, 1, false).await;
+    let st = api.get(&uid).await.unwrap().status.unwrap();
+    assert!(st.is_true("Canceled"));
+}

@@ -1,0 +1,102 @@
+//! A fake scheduler and kubelet for one namespace: there is neither on the test control plane,
+//! so pods created by ReplicaSets are bound (the `binding` subresource) to the node the test
+//! chooses and marked Running and Ready (status patch), which makes them available to the
+//! Deployment and healthy to the disruption controller.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+/// Handle of a running fake kubelet; stops when dropped.
+pub struct Kubelet {
+    node: Arc<Mutex<String>>,
+    ready: Arc<Mutex<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelet {
+    /// Binds the unbound pods of `ns` to `node` and marks bound pods Ready, every 100 ms.
+    pub fn start(client: Client, ns: &str, node: &str) -> Kubelet {
+        let target = Arc::new(Mutex::new(node.to_string()));
+        let ready = Arc::new(Mutex::new(true));
+        let (t, r) = (target.clone(), ready.clone());
+        let ns = ns.to_string();
+        let task = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client, &ns);
+            loop {
+                let node = t.lock().expect("lock").clone();
+                let make_ready = *r.lock().expect("lock");
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    for p in list.items {
+                        tend(&pods, &p, &node, make_ready).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Kubelet {
+            node: target,
+            ready,
+            task,
+        }
+    }
+
+    /// New pods go to `node` from now on.
+    pub fn schedule_to(&self, node: &str) {
+        *self.node.lock().expect("lock") = node.to_string();
+    }
+
+    /// Whether bound pods are made Ready (false holds new pods unready).
+    pub fn set_ready(&self, ready: bool) {
+        *self.ready.lock().expect("lock") = ready;
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
+    if p.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let name = p.name_any();
+    let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+    if bound.is_none() {
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        let _ = pods
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                &name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await;
+        return;
+    }
+    let is_ready = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    if make_ready && !is_ready {
+        let now = jiff::Timestamp::now().to_string();
+        let status = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        ]}});
+        let _ = pods
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await;
+    }
+}
