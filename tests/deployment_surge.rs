@@ -336,3 +336,63 @@ async fn a_canceled_request_undoes_the_surge() {
     let st = api.get(&uid).await.unwrap().status.unwrap();
     assert!(st.is_true("Canceled"));
 }
+
+/// The headline: `kubectl drain` (the real binary, through the Eviction API bridge) of a node
+/// holding a 1-replica Deployment protected by a PodDisruptionBudget `minAvailable: 1` succeeds,
+/// and the Deployment never has fewer than 1 available replica — `kubectl drain` alone would
+/// wait on the budget forever.
+#[tokio::test]
+async fn kubectl_drain_through_the_bridge_has_no_downtime() {
+    let (client, ns) = setup("surge-kubectl").await;
+    let s = Scenario::start(client, &ns, 1, 1).await;
+    let sampler = s.sample();
+    let c = support::control_plane::cluster_with_controller_manager().await;
+    let mut drain = support::tools::kubectl_command(
+        c,
+        &[
+            "drain",
+            &s.a,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("kubectl drain");
+    // Bounded: kubectl's own --timeout is 180 s.
+    let mut status = None;
+    for _ in 0..2000 {
+        status = drain.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if status.is_none() {
+        let _ = drain.kill();
+    }
+    let out = drain.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "kubectl drain failed or hung:\n{text}"
+    );
+    assert!(
+        text.contains("Eviction triggered"),
+        "the bridge answered:\n{text}"
+    );
+    s.wait_settled_on(&s.b.clone(), "the Deployment back at 1 replica on node b")
+        .await;
+    let (min, samples) = sampler.stop().await;
+    assert!(samples > 20, "only {samples} samples");
+    assert!(
+        min >= 1,
+        "the Deployment had {min} available replicas during kubectl drain"
+    );
+}
