@@ -5,11 +5,9 @@
 
 mod support;
 
-use evictord::api::EvictionRequest;
-use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::fixtures::pod;
+use support::fixtures::{create_eviction_request, pod};
 use support::tools::kubectl;
 
 const ARGS: &[&str] = &["--controllers=none"];
@@ -54,14 +52,7 @@ async fn s4_status_initialised_all_at_once_by_a_tool() {
         .create(&client, &ns)
         .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": "p", "uid": uid}}, "requesters": [{"name": "tool.example.com"}]}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er).await.unwrap();
+    let api = create_eviction_request(&client, &ns, "p", &uid, &["tool.example.com"]).await;
     let init = json!({"status": {
         "targetInterceptors": [{"name": "a.example.com"}, {"name": "imperative-eviction.k8s.io"}],
         "interceptors": [{"name": "a.example.com"}, {"name": "imperative-eviction.k8s.io"}],

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::fixtures::pod;
+use support::fixtures::{create_eviction_request, pod};
 use support::surge::{FLAGS, INTERCEPTOR, Scenario};
 use support::wait::until;
 
@@ -126,14 +126,7 @@ async fn the_sdk_example_interceptor_completes_its_turn() {
     let task = tokio::spawn(runner.run(interceptor, async move {
         let _ = stop_rx.await;
     }));
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": "p", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er).await.unwrap();
+    let api = create_eviction_request(&client, &ns, "p", &uid, &["test.example.com"]).await;
     let entry = until(Duration::from_secs(60), "the request Evicted", || async {
         let s = api.get(&uid).await.ok()?.status?;
         let e = s.interceptor("log.example.com")?.clone();
@@ -164,14 +157,7 @@ async fn request_one(s: &Scenario) -> (Api<EvictionRequest>, String) {
         .items
         .remove(0);
     let (name, uid) = (p.name_any(), p.metadata.uid.clone().unwrap());
-    let api: Api<EvictionRequest> = Api::namespaced(s.client.clone(), &s.ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er).await.unwrap();
+    let api = create_eviction_request(&s.client, &s.ns, &name, &uid, &["test.example.com"]).await;
     (api, uid)
 }
 
@@ -277,14 +263,7 @@ async fn a_pod_without_a_deployment_is_not_surged() {
         .create(&client, &ns)
         .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": "bare", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er).await.unwrap();
+    let api = create_eviction_request(&client, &ns, "bare", &uid, &["test.example.com"]).await;
     let message = completed_message(&api, &uid).await;
     assert!(message.contains("has no controller"), "{message:?}");
 }

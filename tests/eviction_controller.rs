@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use support::fixtures::pod;
+use support::fixtures::{create_eviction_request, pod};
 use support::wait::until;
 
 const T: Duration = Duration::from_secs(60);
@@ -31,17 +31,7 @@ async fn request(
 ) -> Api<EvictionRequest> {
     let uid = pod.metadata.uid.clone().unwrap();
     let name = pod.metadata.name.clone().unwrap();
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": requesters.iter().map(|r| json!({"name": r})).collect::<Vec<_>>()}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er)
-        .await
-        .expect("create EvictionRequest");
-    api
+    create_eviction_request(client, ns, &name, &uid, requesters).await
 }
 
 async fn status(api: &Api<EvictionRequest>, name: &str) -> EvictionRequestStatus {

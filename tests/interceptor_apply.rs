@@ -8,11 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use evictord::api::EvictionRequest;
-use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::fixtures::pod;
+use support::fixtures::{create_eviction_request, pod};
 use support::wait::until;
 
 const T: Duration = Duration::from_secs(60);
@@ -34,14 +32,7 @@ async fn interceptors_write_only_their_own_entry() {
     let ns = c.namespace("own-entry").await;
     let p = pod("p").interceptors(&[A, B]).create(&client, &ns).await;
     let uid = p.metadata.uid.clone().unwrap();
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": "p", "uid": uid}}, "requesters": [{"name": "tool.example.com"}]}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &er).await.unwrap();
+    let api = create_eviction_request(&client, &ns, "p", &uid, &["tool.example.com"]).await;
     let active = |name: &'static str| {
         let api = api.clone();
         let uid = uid.clone();

@@ -12,7 +12,7 @@ use evictord::api::{EvictionRequest, NodeMaintenance};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use support::fixtures::{draining_maintenance, node, pod};
+use support::fixtures::{draining_maintenance, eviction_request, node, pod};
 use support::wait::until;
 
 const T: Duration = Duration::from_secs(60);
@@ -30,12 +30,7 @@ async fn setup(prefix: &str) -> (Client, String) {
 }
 
 async fn request(api: &Api<EvictionRequest>, name: &str, uid: &str) {
-    let er: EvictionRequest = serde_json::from_value(json!({
-        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-        "metadata": {"name": uid},
-        "spec": {"target": {"pod": {"name": name, "uid": uid}}, "requesters": [{"name": "tool.example.com"}]}
-    }))
-    .unwrap();
+    let er = eviction_request(name, uid, &["tool.example.com"]);
     api.create(&PostParams::default(), &er).await.unwrap();
 }
 

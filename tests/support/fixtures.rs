@@ -257,3 +257,38 @@ pub fn deployment(
     }))
     .expect("deployment")
 }
+
+/// An EvictionRequest for pod `name` of `uid`, named after the UID, with these requesters.
+pub fn eviction_request(
+    name: &str,
+    uid: &str,
+    requesters: &[&str],
+) -> evictord::api::EvictionRequest {
+    serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": uid},
+        "spec": {
+            "target": {"pod": {"name": name, "uid": uid}},
+            "requesters": requesters.iter().map(|r| json!({"name": r})).collect::<Vec<_>>(),
+        }
+    }))
+    .expect("EvictionRequest")
+}
+
+/// Creates [`eviction_request`] in `ns`; returns the API of the namespace's EvictionRequests.
+pub async fn create_eviction_request(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    requesters: &[&str],
+) -> Api<evictord::api::EvictionRequest> {
+    let api = Api::namespaced(client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &eviction_request(name, uid, requesters),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("creating the EvictionRequest of pod {name}: {e}"));
+    api
+}
