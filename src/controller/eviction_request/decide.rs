@@ -9,7 +9,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::deadline::{add, heartbeat_deadline_at};
-use super::decision::{DecideSettings, Decision, Draft, EventType, ProcessedReason};
+use super::decision::{
+    DecideSettings, Decision, Draft, EventType, ProcessedReason, pod_deleted_message,
+};
 use super::imperative::act_as_imperative;
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::api::{
@@ -20,8 +22,7 @@ use crate::cluster::CachedPod;
 
 /// Condition reason: the request cannot be carried out (no such pod, pod in a workload).
 pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
-/// Condition reason: the target pod was deleted.
-pub const REASON_POD_DELETED: &str = "PodDeleted";
+pub use super::decision::REASON_POD_DELETED;
 /// Condition reason: the target pod reached phase Succeeded or Failed.
 pub const REASON_POD_TERMINATED: &str = "PodTerminated";
 /// Condition reason: every requester withdrew.
@@ -128,11 +129,6 @@ fn check_target<'p>(
         return ControlFlow::Break(());
     }
     ControlFlow::Continue(pod)
-}
-
-/// The message of `Evicted=True` with reason `PodDeleted`.
-pub(crate) fn pod_deleted_message(pod_ref: &str) -> String {
-    format!("Target Pod {pod_ref} was deleted.")
 }
 
 /// When a request whose pod the cache has never shown is still within

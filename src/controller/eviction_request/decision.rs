@@ -10,6 +10,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use super::deadline::{until, whole_seconds};
 use crate::api::{EvictionRequest, EvictionRequestStatus, InterceptorStatus};
 
+/// Condition reason: the target pod was deleted (set by `decide` when the pod is gone, and by
+/// `after_eviction` when the Eviction API says so).
+pub const REASON_POD_DELETED: &str = "PodDeleted";
+
+/// The message of `Evicted=True` with reason [`REASON_POD_DELETED`].
+pub(crate) fn pod_deleted_message(pod_ref: &str) -> String {
+    format!("Target Pod {pod_ref} was deleted.")
+}
+
 /// Tunables of the decisions, from process flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecideSettings {

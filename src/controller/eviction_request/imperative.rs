@@ -21,8 +21,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::backoff::{backoff, next_attempt_at};
 use super::deadline::{add, imperative_heartbeat_due};
-use super::decide::{REASON_POD_DELETED, pod_deleted_message};
-use super::decision::{Action, DecideSettings, Decision, Draft, EventType, EvictionOutcome};
+use super::decision::{
+    Action, DecideSettings, Decision, Draft, EventType, EvictionOutcome, REASON_POD_DELETED,
+    pod_deleted_message,
+};
 use crate::api::{
     CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus,
     PodEvictionStatus,
