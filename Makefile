@@ -67,5 +67,11 @@ image:
 image-check: image
 	tests/tools/image-check.sh $(IMAGE_OUT)
 
+## make e2e: the chart on a real one-node cluster with a kubelet, containerd and runc (all from Debian's
+## packages, nothing pulled; tests/e2e/cluster.sh): helm install, the webhook through the Service, a
+## NodeMaintenance draining a real pod, helm uninstall. Needs root. Not part of `make test`.
+e2e: image
+	tests/e2e/e2e.sh $(IMAGE_OUT) $(IMAGE_REPOSITORY) $(IMAGE_TAG)
+
 clean-certs:
 	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key
