@@ -23,7 +23,8 @@
 #   and volume-plugin directories, certificates, logs and etcd's data all live in one scratch
 #   directory, $EVICTORD_E2E_DIR (default /tmp/evictord-e2e). Exception: the v1.20 kubelet writes
 #   container logs to the fixed /var/log/pods and /var/log/containers; `down` removes the entries of
-#   the e2e namespaces there (and the directories when they end up empty).
+#   the e2e namespaces there (and the directories when they end up empty); containerd's shims use
+#   the fixed /run/containerd/s (and fifo), removed when empty if this cluster created them.
 # - cgroups: pods live under the cgroup /evictord-e2e in every v1 hierarchy (--cgroup-root,
 #   cgroupfs driver); `down` kills what is left in it and removes it.
 # - kernel settings: the kubelet wants vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10,
@@ -44,7 +45,7 @@ PAUSE_IMAGE=localhost/evictord-e2e/pause:3.4
 BUSYBOX_IMAGE=localhost/evictord-e2e/busybox:1.35
 E2E_NAMESPACES_RE='^(evictord-e2e|e2e-work)_'
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "${here}/../.." && pwd)
 log() { echo "e2e-cluster: $*" >&2; }
 in_ns() { nsenter --net="/run/netns/${NETNS}" -- "$@"; }
@@ -112,6 +113,11 @@ down() {
       true
     done
     rmdir /var/log/containers /var/log/pods 2>/dev/null || true
+  fi
+  # containerd's fixed runtime directory (shim sockets, fifos) when this cluster created it.
+  if [[ -f "${DIR}/created-run-containerd" ]]; then
+    rmdir /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc \
+      /run/containerd 2>/dev/null || true
   fi
   rm -rf "${DIR}"
 }
@@ -291,6 +297,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
         Root = "${DIR}/runc"
 EOF
+  [[ -e /run/containerd ]] || touch "${DIR}/created-run-containerd"
   start containerd containerd --config "${DIR}/containerd/config.toml"
   wait_for "containerd" 100 0.2 ctr_ version
 
@@ -323,6 +330,7 @@ EOF
   echo "${DIR}/admin.kubeconfig"
 }
 
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0 # sourced: functions only
 case "${1:-}" in
   up) up ;;
   down) down ;;

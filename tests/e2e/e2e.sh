@@ -79,7 +79,7 @@ h install "${RELEASE}" "${repo}/charts/evictord" --namespace "${NS}" --create-na
   --set image.repository="${repository}" --set image.tag="${tag}" --set image.pullPolicy=Never \
   --set containerPorts.webhook=18443 --set containerPorts.probes=18080 \
   --set-string 'podAnnotations.evictord\.dev/eviction-interceptors=e2e-hold.evictord.dev' \
-  --set logLevel=info,evictord=debug >&2 || fail "helm install"
+  >&2 || fail "helm install"
 k -n "${NS}" rollout status "deploy/${RELEASE}" --timeout=180s >&2 || fail "the Deployment did not become Ready"
 log "Deployment Ready (readiness probe /readyz on the node's port 18080)"
 
