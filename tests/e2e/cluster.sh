@@ -255,7 +255,7 @@ up() {
   start kube-controller-manager "${envtest}/kube-controller-manager" \
     --kubeconfig="${DIR}/admin.kubeconfig" --leader-elect=false \
     --service-account-private-key-file="${DIR}/pki/sa.key" --root-ca-file="${DIR}/pki/ca.crt" \
-    --use-service-account-credentials=true --controllers='*,-nodeipam,-cloud-node-lifecycle' \
+    --use-service-account-credentials=false --controllers='*,-nodeipam,-cloud-node-lifecycle' \
     --bind-address=127.0.0.1 --port=0 --cert-dir="${DIR}/pki/kcm-generated"
   start kube-scheduler "${node}/kube-scheduler" --kubeconfig="${DIR}/admin.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --port=0 --cert-dir="${DIR}/pki/scheduler-generated"
@@ -322,7 +322,7 @@ EOF
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 \
     --serialize-image-pulls=false --healthz-bind-address=127.0.0.1 --read-only-port=0 \
     --address="${NODE_IP}" --max-pods=30 --sync-frequency=5s --node-status-update-frequency=5s \
-    --runtime-request-timeout=2m --v=1
+    --runtime-request-timeout=2m --v=3
   kc=(in_ns "${TOOLS:-$("${repo}/tests/tools/helm-kubectl.sh")}/kubectl" --kubeconfig "${DIR}/admin.kubeconfig")
   wait_for "node ${NODE_NAME} Ready" 120 1 \
     "${kc[@]}" wait --for=condition=Ready "node/${NODE_NAME}" --timeout=1s

@@ -66,8 +66,8 @@ until_ok() { # until_ok WHAT TRIES SLEEP CMD...   (bounded)
 log "cluster up"
 "${cluster}" up >/dev/null
 ctr --address "${DIR}/containerd/containerd.sock" --namespace k8s.io images import "${image_out}.docker.tar" >&2
-ctr --address "${DIR}/containerd/containerd.sock" --namespace k8s.io images ls -q | grep -qx "${repository}:${tag}" ||
-  fail "image ${repository}:${tag} not in containerd after the import"
+images=$(ctr --address "${DIR}/containerd/containerd.sock" --namespace k8s.io images ls -q)
+grep -qx "${repository}:${tag}" <<<"${images}" || fail "image ${repository}:${tag} not in containerd after the import"
 log "cluster ready, image ${repository}:${tag} imported; helm install"
 
 # The evictord pod carries an interceptor no one serves (e2e-hold.evictord.dev): when the drain below
@@ -116,6 +116,7 @@ spec:
 EOF
 k -n "${WORK}" wait --for=condition=Ready pod/sleeper --timeout=120s >&2 || fail "pod sleeper not Ready"
 uid=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.metadata.uid}')
+container=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.status.containerStatuses[0].containerID}')
 log "pod sleeper running (uid ${uid})"
 
 # 2. kube-apiserver calls evictord through the Service for a denied EvictionRequest.
@@ -157,7 +158,15 @@ gone_at=$(date +%s)
 took=$((gone_at - evicted_at))
 log "pod sleeper gone ${took} s after its deletion started (preStop ${PRESTOP} s, grace ${GRACE} s)"
 [[ ${took} -ge $((GRACE - 2)) ]] || fail "the pod went away after ${took} s: the ${GRACE} s grace period was not honoured"
-grep -q "sleeper" "${DIR}/logs/kubelet.log" || fail "the kubelet log does not mention pod sleeper"
+# The kubelet's own account (v1.20, --v=3): the preStop hook ran, then the container was stopped with
+# what was left of the grace period (GRACE - PRESTOP seconds, give or take one).
+grep -F "Running preStop hook for container \"${container}\"" "${DIR}/logs/kubelet.log" >&2 ||
+  fail "the kubelet log does not show the preStop hook of ${container}"
+kill_line=$(grep -F "Killing container \"${container}\" with a" "${DIR}/logs/kubelet.log" | tail -n 1)
+echo "${kill_line}" >&2
+left=$(sed -n 's/.* with a \([0-9]*\) second grace period.*/\1/p' <<<"${kill_line}")
+[[ -n "${left}" && ${left} -ge $((GRACE - PRESTOP - 1)) && ${left} -le $((GRACE - PRESTOP)) ]] ||
+  fail "the kubelet did not stop ${container} with the rest of its grace period: ${kill_line}"
 k get evictionrequests -A >&2 || true
 evr=$(k -n "${WORK}" get evictionrequest "${uid}" -o jsonpath='{.spec.requesters[*].name}' 2>/dev/null || true)
 [[ "${evr}" == *nodemaintenance.evictord.dev* ]] || fail "no EvictionRequest ${uid} from nodemaintenance.evictord.dev"
