@@ -7,7 +7,12 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools crds lint unit bench clean-certs
+.PHONY: run test build envtest tools crds lint unit bench clean-certs image image-check e2e
+
+# `make image`: the image reference and where the archives go.
+IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/evictord/Chart.yaml)
+IMAGE_OUT ?= $${CARGO_TARGET_DIR:-target}/image/evictord
 
 build:
 	$(CARGO) build --bin evictord
@@ -49,6 +54,24 @@ bench:
 	$(CARGO) bench --locked --no-run --bench review --bench system && \
 	$(CARGO) bench --locked --bench review -- --warm-up-time 1 --measurement-time 3 && \
 	$(CARGO) bench --locked --bench system
+
+## make image: the container image, built here without pulling anything: the release binary and the
+## shared libraries it needs on an empty base, assembled with umoci and skopeo (installed from Debian by
+## tests/tools/image-tools.sh). Writes $(IMAGE_OUT).oci.tar (OCI archive) and $(IMAGE_OUT).docker.tar
+## (docker archive, for `ctr images import`, `docker load`, `kind load image-archive`).
+image:
+	$(CARGO) build --release --locked --bin evictord
+	tests/tools/image.sh "$${CARGO_TARGET_DIR:-target}/release/evictord" $(IMAGE_REPOSITORY):$(IMAGE_TAG) $(IMAGE_OUT)
+
+## make image-check: runs the image under runc (read-only root, uid 65532) and checks /readyz.
+image-check: image
+	tests/tools/image-check.sh $(IMAGE_OUT)
+
+## make e2e: the chart on a real one-node cluster with a kubelet, containerd and runc (all from Debian's
+## packages, nothing pulled; tests/e2e/cluster.sh): helm install, the webhook through the Service, a
+## NodeMaintenance draining a real pod, helm uninstall. Needs root. Not part of `make test`.
+e2e: image
+	tests/e2e/e2e.sh $(IMAGE_OUT) $(IMAGE_REPOSITORY) $(IMAGE_TAG)
 
 clean-certs:
 	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key
