@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools crds lint unit bench clean-certs image image-check e2e
+.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -30,6 +30,10 @@ envtest:
 tools:
 	@tests/tools/helm-kubectl.sh
 
+## make promtool: Prometheus' promtool (from Debian's prometheus package) for the alert rule tests.
+promtool:
+	@tests/tools/promtool.sh
+
 ## make crds: regenerate the chart's CRD file from the Rust types.
 crds: build
 	./target/debug/evictord crds > charts/evictord/crds/evictord.dev_crds.yaml
@@ -42,6 +46,7 @@ lint:
 test: lint
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
+	export PROMTOOL_DIR="$$(tests/tools/promtool.sh)"; \
 	$(CARGO) test --locked --all-targets
 
 ## make bench: the criterion micro-benchmarks and the system benchmarks (webhook under load over TLS

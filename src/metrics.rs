@@ -54,7 +54,7 @@ pub struct InterceptorLabel {
 pub struct ProcessedLabels {
     /// Interceptor name.
     pub interceptor: String,
-    /// `completed` or `timed_out`.
+    /// `completed`, `timed_out` or `evicted` (active when the pod went away).
     pub reason: &'static str,
 }
 
@@ -98,8 +98,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     /// Reconcile errors (retried) per controller.
     pub reconcile_retries: Family<ControllerLabel, Counter>,
-    /// Objects waiting in a controller's queue.
-    pub queue_depth: Family<ControllerLabel, Gauge>,
+    /// EvictionRequests not yet Evicted or Canceled.
+    pub open_requests: Gauge,
     /// NodeMaintenances per stage.
     pub maintenances: Family<StageLabel, Gauge>,
     /// Targeted pods without an EvictionRequest yet.
@@ -143,7 +143,7 @@ impl Metrics {
                 reconcile_histogram as fn() -> Histogram,
             ),
             reconcile_retries: Family::default(),
-            queue_depth: Family::default(),
+            open_requests: Gauge::default(),
             maintenances: Family::default(),
             pods_pending_evacuation: Gauge::default(),
             pods_evacuating: Gauge::default(),
@@ -214,9 +214,9 @@ impl Metrics {
             m.reconcile_retries.clone(),
         );
         r.register(
-            "evictord_queue_depth",
-            "Objects queued for reconcile per controller",
-            m.queue_depth.clone(),
+            "evictionrequest_controller_open_requests",
+            "EvictionRequests not yet Evicted or Canceled",
+            m.open_requests.clone(),
         );
         r.register(
             "nodemaintenance_controller_maintenances",

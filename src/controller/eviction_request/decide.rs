@@ -189,6 +189,8 @@ fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
         );
         d.event("InterceptorSkipped", EventType::Warning, note);
     }
+    // The imperative interceptor is always last and is not the pod's.
+    d.pod_interceptors = Some(names.len().saturating_sub(1));
     d.status.target_interceptors = names
         .iter()
         .map(|name| InterceptorReference { name: name.clone() })
@@ -277,8 +279,10 @@ fn select_interceptor(d: &mut Draft<'_>) {
             );
             d.event("InterceptorTimedOut", EventType::Warning, note);
         }
+        // `finished` never says so: the Evicted condition records it (`Draft::conclude`).
+        ProcessedReason::Evicted => {}
     }
-    d.processed = Some((active, reason));
+    d.processed.push((active, reason));
     activate_next(d)
 }
 

@@ -6,8 +6,8 @@ use rstest::rstest;
 
 use super::*;
 use crate::api::EvictionRequestStatus;
-use crate::controller::eviction_request::Action;
 use crate::controller::eviction_request::fixtures::{IMP, pod, request, t};
+use crate::controller::eviction_request::{Action, EvictionOutcome, after_eviction};
 
 /// What a row expects. Every field is checked; `active` and `processed` only when `Some`.
 #[derive(Clone, Copy, Debug)]
@@ -330,7 +330,7 @@ fn step7_switch_records_processed_reason_and_activation_time() {
     let d = decide(&r, Some(&pod("p").build()), t(1200), &settings());
     assert_eq!(
         d.processed,
-        Some(("a.b".to_string(), ProcessedReason::TimedOut))
+        vec![("a.b".to_string(), ProcessedReason::TimedOut)]
     );
     let status = d.status.unwrap();
     assert_eq!(
@@ -416,5 +416,55 @@ fn fractions_of_a_second_are_dropped_before_writing() {
             .as_ref()
             .map(|t| t.0),
         Some(t(5))
+    );
+}
+
+/// Metric inputs of a decision: `processed` (metric `processed_interceptor`) and
+/// `pod_interceptors` (histogram, observed once, on first sight).
+#[rstest]
+#[case::first_sight_counts_the_pods_interceptors_not_the_imperative(
+    request("uid").build(), Some(pod("p").interceptors(&["a.b", "c.d"]).build()), t(1),
+    vec![], Some(2))]
+#[case::first_sight_of_a_pod_without_interceptors_counts_zero(
+    request("uid").build(), Some(pod("p").build()), t(1), vec![], Some(0))]
+#[case::later_reconciles_do_not_count_again(
+    request("uid").targets(&["a.b"]).active("a.b").build(), Some(pod("p").build()), t(1),
+    vec![], None)]
+#[case::switch_counts_the_finished_interceptor(
+    request("uid").targets(&["a.b", "c.d"]).active("a.b").completed("a.b", t(2)).build(),
+    Some(pod("p").build()), t(3), vec![("a.b", ProcessedReason::Completed)], None)]
+#[case::pod_gone_while_imperative_active_counts_it_evicted(
+    request("uid").targets(&["a.b"]).active(IMP).started(IMP, t(2)).build(), None, t(3),
+    vec![(IMP, ProcessedReason::Evicted)], None)]
+#[case::pod_gone_during_an_interceptors_turn_counts_it_evicted(
+    request("uid").targets(&["a.b"]).active("a.b").build(), None, t(3),
+    vec![("a.b", ProcessedReason::Evicted)], None)]
+fn metric_inputs(
+    #[case] r: EvictionRequest,
+    #[case] p: Option<CachedPod>,
+    #[case] now: Timestamp,
+    #[case] processed: Vec<(&str, ProcessedReason)>,
+    #[case] pod_interceptors: Option<usize>,
+) {
+    let d = decide(&r, p.as_ref(), now, &settings());
+    let processed: Vec<(String, ProcessedReason)> = processed
+        .into_iter()
+        .map(|(n, why)| (n.to_string(), why))
+        .collect();
+    assert_eq!(d.processed, processed, "processed");
+    assert_eq!(d.pod_interceptors, pod_interceptors, "pod_interceptors");
+}
+
+#[test]
+fn imperative_eviction_of_a_gone_pod_counts_the_imperative_interceptor_evicted() {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(2))
+        .build();
+    let d = after_eviction(&r, EvictionOutcome::PodGone, t(3), &settings());
+    assert_eq!(
+        d.processed,
+        vec![(IMP.to_string(), ProcessedReason::Evicted)]
     );
 }

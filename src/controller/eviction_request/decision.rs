@@ -78,9 +78,12 @@ pub struct Decision {
     /// deadline, the next eviction retry and the controller's own next heartbeat. `None` when
     /// nothing is pending (the watches will wake the request).
     pub requeue_after: Option<Duration>,
-    /// The interceptor moved to `processedInterceptors` by this decision, and why (metric
+    /// The interceptors moved to `processedInterceptors` by this decision, and why (metric
     /// `evictionrequest_controller_processed_interceptor`).
-    pub processed: Option<(String, ProcessedReason)>,
+    pub processed: Vec<(String, ProcessedReason)>,
+    /// On first sight (step 5), the number of the pod's interceptors that were targeted, the
+    /// imperative one not counted (metric `evictionrequest_controller_pod_interceptors`).
+    pub pod_interceptors: Option<usize>,
 }
 
 impl Decision {
@@ -97,6 +100,9 @@ pub enum ProcessedReason {
     Completed,
     /// Its heartbeat deadline passed.
     TimedOut,
+    /// It was active when the request ended Evicted (the imperative interceptor's eviction, or
+    /// the pod went away during another interceptor's turn).
+    Evicted,
 }
 
 impl ProcessedReason {
@@ -105,6 +111,7 @@ impl ProcessedReason {
         match self {
             ProcessedReason::Completed => "completed",
             ProcessedReason::TimedOut => "timed_out",
+            ProcessedReason::Evicted => "evicted",
         }
     }
 }
@@ -187,7 +194,8 @@ pub(crate) struct Draft<'a> {
     pub events: Vec<EventSpec>,
     pub action: Option<Action>,
     pub requeue_at: Option<Timestamp>,
-    pub processed: Option<(String, ProcessedReason)>,
+    pub processed: Vec<(String, ProcessedReason)>,
+    pub pod_interceptors: Option<usize>,
 }
 
 impl<'a> Draft<'a> {
@@ -201,7 +209,8 @@ impl<'a> Draft<'a> {
             events: Vec::new(),
             action: None,
             requeue_at: None,
-            processed: None,
+            processed: Vec::new(),
+            pod_interceptors: None,
         }
     }
 
@@ -271,7 +280,8 @@ impl<'a> Draft<'a> {
                     entry.completion_time = Some(Time(self.now));
                 }
                 if !self.status.processed_interceptors.contains(&active) {
-                    self.status.processed_interceptors.push(active);
+                    self.status.processed_interceptors.push(active.clone());
+                    self.processed.push((active, ProcessedReason::Evicted));
                 }
             }
         }
@@ -289,6 +299,7 @@ impl<'a> Draft<'a> {
             action: self.action,
             requeue_after: self.requeue_at.map(|at| until(self.now, at)),
             processed: self.processed,
+            pod_interceptors: self.pod_interceptors,
         }
     }
 }

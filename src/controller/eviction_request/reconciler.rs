@@ -298,7 +298,10 @@ async fn apply(
             .record(&key, current.metadata.resource_version.as_deref());
         current = written;
     }
-    if let Some((interceptor, reason)) = &d.processed {
+    if let Some(n) = d.pod_interceptors {
+        metrics().pod_interceptors.observe(n as f64);
+    }
+    for (interceptor, reason) in &d.processed {
         metrics()
             .processed_interceptor
             .get_or_create(&ProcessedLabels {
@@ -326,7 +329,7 @@ async fn apply(
     Ok((current, d.requeue_after))
 }
 
-/// Recomputes the gauges (active interceptor, active requester, queue depth) from the cache,
+/// Recomputes the gauges (active interceptor, active requester, open requests) from the cache,
 /// and forgets the own writes of requests that are gone.
 async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
     let caches = &ctx.caches;
@@ -356,7 +359,7 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
                     .inc();
             }
         }
-        m.queue_depth.get_or_create(&controller_label()).set(open);
+        m.open_requests.set(open);
         ctx.own_writes.retain(|key| {
             key.split_once('/')
                 .is_some_and(|(ns, name)| caches.eviction_requests.get(Some(ns), name).is_some())

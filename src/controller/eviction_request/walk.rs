@@ -217,7 +217,7 @@ fn full_walk_two_interceptors_then_imperative_eviction() {
     let d = w.reconcile();
     assert_eq!(
         d.processed,
-        Some(("a.example.com".into(), ProcessedReason::Completed))
+        vec![("a.example.com".to_string(), ProcessedReason::Completed)]
     );
     assert_eq!(w.active(), ["b.example.com"]);
 
@@ -227,7 +227,7 @@ fn full_walk_two_interceptors_then_imperative_eviction() {
     let d = w.reconcile();
     assert_eq!(
         d.processed,
-        Some(("b.example.com".into(), ProcessedReason::TimedOut))
+        vec![("b.example.com".to_string(), ProcessedReason::TimedOut)]
     );
     assert_eq!(w.active(), [IMP]);
 

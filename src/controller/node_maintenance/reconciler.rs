@@ -100,6 +100,9 @@ fn for_request(caches: &Caches, r: &EvictionRequest) -> Vec<ObjectRef<NodeMainte
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let caches = ctx.caches.clone();
     caches.wait_synced().await;
+    // Every stage's series exists (0) before the first maintenance is reconciled, so
+    // `*_over_time` of the alerts sees the zeros before a drain starts.
+    refresh_gauges(&caches);
     let store = caches.node_maintenances.store().clone();
     let (c1, c2, c3, c4) = (
         caches.clone(),
