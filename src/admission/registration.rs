@@ -140,7 +140,8 @@ pub fn validating(
     }
 }
 
-/// The mutating configuration: NodeMaintenance CREATE (`failurePolicy: Fail`).
+/// The mutating configuration: NodeMaintenance CREATE and UPDATE (`failurePolicy: Fail`; on
+/// UPDATE it only restores a re-applied partial drain plan, rule M2).
 pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
         metadata: meta(name),
@@ -150,7 +151,7 @@ pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfigu
             rules: Some(vec![rule(
                 crate::api::GROUP,
                 &["nodemaintenances"],
-                &["CREATE"],
+                &["CREATE", "UPDATE"],
             )]),
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
