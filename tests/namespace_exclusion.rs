@@ -84,7 +84,7 @@ async fn excluded_namespaces_on_1_20_need_the_label_the_notes_print() {
         .metadata
         .labels;
     assert!(
-        labels.unwrap_or_default().get(LABEL).is_none(),
+        !labels.unwrap_or_default().contains_key(LABEL),
         "a 1.20 server does not set {LABEL}"
     );
 
