@@ -53,7 +53,7 @@ fn rules_file() -> String {
         "helm template failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rule: serde_yaml::Value = serde_yaml::from_str(&stdout).expect("PrometheusRule YAML");
+    let rule: serde_norway::Value = serde_norway::from_str(&stdout).expect("PrometheusRule YAML");
     assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"), "{stdout}");
     let groups = rule["spec"]["groups"].clone();
     assert!(

@@ -67,25 +67,25 @@ fn render(release: &str, ns: &str, values: Option<&str>, kube_version: Option<&s
 }
 
 /// The documents of a multi-document YAML stream (empty ones dropped).
-fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("rendered YAML parses"))
+fn documents(yaml: &str) -> Vec<serde_norway::Value> {
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|d| serde_norway::Value::deserialize(d).expect("rendered YAML parses"))
         .filter(|v| !v.is_null())
         .collect()
 }
 
-fn kind(doc: &serde_yaml::Value) -> &str {
+fn kind(doc: &serde_norway::Value) -> &str {
     doc.get("kind").and_then(|k| k.as_str()).unwrap_or("")
 }
 
-fn to_yaml(docs: &[&serde_yaml::Value]) -> String {
+fn to_yaml(docs: &[&serde_norway::Value]) -> String {
     docs.iter()
-        .map(|d| format!("---\n{}", serde_yaml::to_string(d).expect("yaml")))
+        .map(|d| format!("---\n{}", serde_norway::to_string(d).expect("yaml")))
         .collect()
 }
 
 /// Needs a kubelet (the Deployment) or would make kube-apiserver call a Service (the webhooks).
-fn applied_for_real(doc: &serde_yaml::Value) -> bool {
+fn applied_for_real(doc: &serde_norway::Value) -> bool {
     !matches!(
         kind(doc),
         "Deployment" | "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
@@ -151,11 +151,11 @@ async fn apply_chart(
     release: &str,
     ns: &str,
     values: Option<&str>,
-) -> Vec<serde_yaml::Value> {
+) -> Vec<serde_norway::Value> {
     install_crds(c).await;
     create_namespace(c, ns);
     let docs = documents(&render(release, ns, values, Some("1.20.2")));
-    let all: Vec<&serde_yaml::Value> = docs.iter().collect();
+    let all: Vec<&serde_norway::Value> = docs.iter().collect();
     let out = ok(
         "kubectl apply --dry-run=server (everything)",
         &kubectl(
@@ -172,7 +172,7 @@ async fn apply_chart(
             kind(d)
         );
     }
-    let real: Vec<&serde_yaml::Value> = docs.iter().filter(|d| applied_for_real(d)).collect();
+    let real: Vec<&serde_norway::Value> = docs.iter().filter(|d| applied_for_real(d)).collect();
     ok(
         "kubectl apply (for real)",
         &kubectl(c, &["apply", "-f", "-"], Some(&to_yaml(&real))),
@@ -336,7 +336,7 @@ fn deployment_args_are_accepted_by_the_binary() {
     }
 }
 
-fn deployment_args(docs: &[serde_yaml::Value]) -> Vec<String> {
+fn deployment_args(docs: &[serde_norway::Value]) -> Vec<String> {
     let d = docs.iter().find(|d| kind(d) == "Deployment").unwrap();
     d["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_sequence()

@@ -572,3 +572,39 @@ async fn a_pod_protected_by_a_pdb_keeps_the_maintenance_from_drained() {
     .await;
     finish(&client, &ns, &[&name], &[&n]).await;
 }
+
+#[tokio::test]
+async fn drained_leaves_daemonset_and_static_pods_without_interceptors() {
+    let (client, ns) = setup("nm-leftovers").await;
+    let n = format!("{ns}-n");
+    node(&n).create(&client).await;
+    pod("ds")
+        .on_node(&n)
+        .daemonset("agent")
+        .create(&client, &ns)
+        .await;
+    pod("static")
+        .on_node(&n)
+        .mirror()
+        .create(&client, &ns)
+        .await;
+    pod("plain").on_node(&n).create(&client, &ns).await;
+    let name = ns.clone();
+    maintenance(&client, &name, &[&n], Stage::Drain, &[]).await;
+    let left = eventually("Drained with the plain pod gone", || async {
+        let nm = get_nm(&client, &name).await?;
+        let left = pods(&client, &ns).await;
+        (drained(&nm) == Some(true) && !left.contains_key("plain")).then_some(left)
+    })
+    .await;
+    // What the README says of Drained=True: the DaemonSet and static pods stay.
+    assert_eq!(left.keys().collect::<Vec<_>>(), ["ds", "static"]);
+    // They get EvictionRequests (for interceptors of their own), which the imperative
+    // interceptor does not evict.
+    let reqs = requests(&client, &ns).await;
+    for p in ["ds", "static"] {
+        let status = reqs[p].status.clone().unwrap_or_default();
+        assert!(!status.is_true("Evicted"), "{p}: {status:?}");
+    }
+    finish(&client, &ns, &[&name], &[&n]).await;
+}

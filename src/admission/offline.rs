@@ -25,7 +25,7 @@ use crate::cluster::{CachedPod, ClusterView, Lookup, StaticView};
 pub enum Error {
     /// The input is not YAML/JSON.
     #[error("the input is not JSON or YAML: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(#[from] serde_norway::Error),
     /// The input is not an AdmissionReview this server handles.
     #[error("{0}")]
     Unsupported(String),
@@ -42,7 +42,7 @@ pub enum Error {
 pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
     let (mut pods, mut nodes, mut nms, mut ers) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut docs: Vec<serde_json::Value> = Vec::new();
-    for doc in serde_yaml::Deserializer::from_slice(bytes) {
+    for doc in serde_norway::Deserializer::from_slice(bytes) {
         let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
         match v.get("kind").and_then(|k| k.as_str()) {
             Some(k) if k.ends_with("List") => docs.extend(
@@ -123,7 +123,7 @@ pub fn review(
     now: Timestamp,
     settings: &Settings,
 ) -> Result<ResponseReview, Error> {
-    let value: serde_json::Value = serde_yaml::from_slice(input)?;
+    let value: serde_json::Value = serde_norway::from_slice(input)?;
     if value.is_null() {
         return Err(Error::Unsupported(
             "the input is empty: expected one AdmissionReview (JSON or YAML)".into(),

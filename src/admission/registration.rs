@@ -140,7 +140,8 @@ pub fn validating(
     }
 }
 
-/// The mutating configuration: NodeMaintenance CREATE (`failurePolicy: Fail`).
+/// The mutating configuration: NodeMaintenance CREATE and UPDATE (`failurePolicy: Fail`; on
+/// UPDATE it only restores a re-applied partial drain plan, rule M2).
 pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
         metadata: meta(name),
@@ -150,7 +151,7 @@ pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfigu
             rules: Some(vec![rule(
                 crate::api::GROUP,
                 &["nodemaintenances"],
-                &["CREATE"],
+                &["CREATE", "UPDATE"],
             )]),
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
@@ -172,15 +173,15 @@ pub fn yaml(
     url_base: &str,
     ca: &[u8],
     match_conditions: bool,
-) -> Result<String, serde_yaml::Error> {
-    let mut v = serde_yaml::to_value(validating(name, url_base, ca, match_conditions))?;
-    let mut m = serde_yaml::to_value(mutating(name, url_base, ca))?;
+) -> Result<String, serde_norway::Error> {
+    let mut v = serde_norway::to_value(validating(name, url_base, ca, match_conditions))?;
+    let mut m = serde_norway::to_value(mutating(name, url_base, ca))?;
     // k8s-openapi types do not serialise apiVersion/kind on their own.
     for (obj, kind) in [
         (&mut v, "ValidatingWebhookConfiguration"),
         (&mut m, "MutatingWebhookConfiguration"),
     ] {
-        if let serde_yaml::Value::Mapping(map) = obj {
+        if let serde_norway::Value::Mapping(map) = obj {
             map.insert(
                 "apiVersion".into(),
                 "admissionregistration.k8s.io/v1".into(),
@@ -190,7 +191,7 @@ pub fn yaml(
     }
     Ok(format!(
         "---\n{}---\n{}",
-        serde_yaml::to_string(&v)?,
-        serde_yaml::to_string(&m)?
+        serde_norway::to_string(&v)?,
+        serde_norway::to_string(&m)?
     ))
 }

@@ -14,11 +14,11 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
 ///
 /// # Errors
 /// Only if serialisation fails, which the types rule out in practice.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, serde_norway::Error> {
     let mut out = String::new();
     for crd in all_crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&serde_norway::to_string(&crd)?);
     }
     Ok(out)
 }

@@ -43,7 +43,7 @@ pub struct Review(pub Value);
 pub fn review(name: &str) -> Review {
     let path = data_path(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    Review(serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+    Review(serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
 impl Review {

@@ -63,12 +63,12 @@ pub async fn install_crds(c: &TestCluster) {
     );
     let client = c.client().await;
     let api: Api<CustomResourceDefinition> = Api::all(client);
-    for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
-        let value = serde_yaml::Value::deserialize(doc).expect("yaml");
+    for doc in serde_norway::Deserializer::from_slice(&out.stdout) {
+        let value = serde_norway::Value::deserialize(doc).expect("yaml");
         if value.is_null() {
             continue;
         }
-        let crd: CustomResourceDefinition = serde_yaml::from_value(value).expect("crd");
+        let crd: CustomResourceDefinition = serde_norway::from_value(value).expect("crd");
         let name = crd.metadata.name.clone().expect("name");
         match api.create(&PostParams::default(), &crd).await {
             Ok(_) => {}
@@ -149,17 +149,17 @@ impl Evictord {
             String::from_utf8_lossy(&out.stderr)
         );
         let client = c.client().await;
-        for doc in serde_yaml::Deserializer::from_slice(&out.stdout) {
-            let value = serde_yaml::Value::deserialize(doc).expect("yaml");
+        for doc in serde_norway::Deserializer::from_slice(&out.stdout) {
+            let value = serde_norway::Value::deserialize(doc).expect("yaml");
             match value.get("kind").and_then(|k| k.as_str()) {
                 Some("ValidatingWebhookConfiguration") => {
                     let obj: ValidatingWebhookConfiguration =
-                        serde_yaml::from_value(value).expect("vwc");
+                        serde_norway::from_value(value).expect("vwc");
                     recreate(Api::all(client.clone()), obj).await;
                 }
                 Some("MutatingWebhookConfiguration") => {
                     let obj: MutatingWebhookConfiguration =
-                        serde_yaml::from_value(value).expect("mwc");
+                        serde_norway::from_value(value).expect("mwc");
                     recreate(Api::all(client.clone()), obj).await;
                 }
                 _ => {}

@@ -12,12 +12,18 @@ use super::drain_plan::{canonical_drain_plan, drain_plan_order, missing_default_
 use crate::admission::{ReviewRequest, Verdict};
 use crate::api::{DrainPlanEntry, NodeMaintenance, PodType, Stage};
 
-/// Defaults a NodeMaintenance on CREATE; every other operation is allowed untouched.
+/// Defaults a NodeMaintenance on CREATE, and on UPDATE restores a plan that M2 completes to the
+/// stored one; every other operation is allowed untouched.
 ///
 /// - M1: `spec.stage` defaults to `Idle`.
 /// - M2: the twelve default drain plan entries that are missing are inserted and the plan is
 ///   sorted canonically (see [`super::drain_plan_order`]); a warning names what was added and
 ///   whether the user's entries were reordered.
+/// - M2 on UPDATE: a `spec.drainPlan` that differs from the stored plan but completes to it is
+///   replaced by it, silently. `drainPlan` is an atomic list, so a manifest with a partial plan
+///   re-applied server-side (every GitOps sync) arrives as the partial plan; unchanged in
+///   substance, it must not meet rule N4. A plan that completes to anything else is left for
+///   N4 to deny.
 ///
 /// # Guarantees
 /// Never denies. The patch uses `add`, which replaces a member that already exists (RFC 6902
@@ -25,12 +31,28 @@ use crate::api::{DrainPlanEntry, NodeMaintenance, PodType, Stage};
 /// mutated object yields no patch (reinvocation is harmless).
 pub fn mutate_node_maintenance(req: &ReviewRequest<'_, NodeMaintenance>) -> Verdict {
     let mut verdict = Verdict::allow();
-    let (Operation::Create, Some(nm)) = (&req.operation, req.object) else {
-        return verdict;
-    };
-    default_stage(nm, &mut verdict);
-    default_drain_plan_entries(nm, &mut verdict);
+    match (&req.operation, req.object, req.old_object) {
+        (Operation::Create, Some(nm), _) => {
+            default_stage(nm, &mut verdict);
+            default_drain_plan_entries(nm, &mut verdict);
+        }
+        (Operation::Update, Some(nm), Some(old)) => {
+            restore_completed_plan(nm, old, &mut verdict);
+        }
+        _ => {}
+    }
     verdict
+}
+
+/// Rule M2 on UPDATE: a plan that completes to the stored one is the stored one.
+fn restore_completed_plan(nm: &NodeMaintenance, old: &NodeMaintenance, verdict: &mut Verdict) {
+    let (given, stored) = (&nm.spec.drain_plan, &old.spec.drain_plan);
+    if given == stored || &canonical_drain_plan(given) != stored {
+        return;
+    }
+    if let Ok(value) = serde_json::to_value(stored) {
+        verdict.patch.push(add(&["spec", "drainPlan"], value));
+    }
 }
 
 /// Rule M1: `spec.stage` defaults to `Idle`.

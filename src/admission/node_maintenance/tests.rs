@@ -156,3 +156,38 @@ fn missing_object_is_denied() {
     call = delete(nm());
     assert!(call.review(&three_nodes()).allowed());
 }
+
+/// M2 on UPDATE, then N4, as kube-apiserver runs them: the stored object was created with
+/// `plan_with(user)`; `applied` is the plan the update carries (a server-side apply of the
+/// manifest's partial plan arrives as that partial plan: `drainPlan` is an atomic list).
+#[rstest]
+#[case::same_partial_plan_reapplied_allowed(&[entry(PodType::Default, 5)], &[entry(PodType::Default, 5)], true, None)]
+#[case::partial_plan_reordered_allowed(&[entry(PodType::Static, 5), entry(PodType::Default, 5)], &[entry(PodType::Default, 5), entry(PodType::Static, 5)], true, None)]
+#[case::empty_plan_reapplied_allowed(&[], &[], true, None)]
+#[case::completed_plan_sent_back_unchanged_allowed(&[entry(PodType::Default, 5)], &plan_with(&[entry(PodType::Default, 5)]), false, None)]
+#[case::other_partial_plan_denied(&[entry(PodType::Default, 5)], &[entry(PodType::Default, 6)], false, Some("spec.drainPlan is immutable (rule N4)"))]
+#[case::entry_dropped_denied(&[entry(PodType::Default, 5), entry(PodType::Default, 6)], &[entry(PodType::Default, 5)], false, Some("spec.drainPlan is immutable (rule N4)"))]
+fn m2_on_update_restores_a_reapplied_partial_plan(
+    #[case] user: &[crate::api::DrainPlanEntry],
+    #[case] applied: &[crate::api::DrainPlanEntry],
+    #[case] patched: bool,
+    #[case] denied: Option<&str>,
+) {
+    let stored = nm().stage(Stage::Drain).plan(&plan_with(user));
+    let call = update(stored.clone(), nm().stage(Stage::Drain).plan(applied));
+    let mutation = call.mutate();
+    assert!(
+        mutation.allowed() && mutation.warnings.is_empty(),
+        "{mutation:?}"
+    );
+    assert_eq!(!mutation.patch.is_empty(), patched, "patched");
+    let object = super::apply_patch(call.request().object.unwrap(), &mutation.patch).unwrap();
+    let verdict = update(stored, object).review(&three_nodes());
+    match denied {
+        None => assert!(verdict.allowed(), "{verdict:?}"),
+        Some(m) => assert!(
+            verdict.denied.as_deref().unwrap_or_default().contains(m),
+            "{verdict:?}"
+        ),
+    }
+}

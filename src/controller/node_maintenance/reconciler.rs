@@ -306,11 +306,7 @@ fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<Ca
 }
 
 fn drain_note(e: &DrainEvent) -> Note {
-    let reason = match e {
-        DrainEvent::FastForwarded { .. } => "FastForwarded",
-        other => other.reason(),
-    };
-    Note::normal(reason, e.message())
+    Note::normal(e.reason(), e.message())
 }
 
 /// Cordon and Drain: keeps every selected node cordoned.
@@ -527,4 +523,26 @@ fn refresh_gauges(caches: &Caches) {
     let (pending, evacuating) = evacuation_totals(&all);
     m.pods_pending_evacuation.set(pending);
     m.pods_evacuating.set(evacuating);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One name per event in code and README (the recorder once said `FastForwarded`).
+    #[rstest::rstest]
+    #[case(DrainEvent::PlanAdvanced { from: 0, to: 1 }, "DrainPlanAdvanced")]
+    #[case(DrainEvent::FastForwarded { node: "n".into(), by: None, older: false }, "DrainFastForwarded")]
+    #[case(DrainEvent::DeadlockResolved { node: "n".into(), winner: "a".into() }, "DrainDeadlockResolved")]
+    fn drain_events_are_recorded_under_the_readme_reason(
+        #[case] e: DrainEvent,
+        #[case] reason: &str,
+    ) {
+        assert_eq!(drain_note(&e).reason, reason);
+        let readme = include_str!("../../../README.md");
+        assert!(
+            readme.contains(&format!("`{reason}`")),
+            "README lists {reason}"
+        );
+    }
 }
