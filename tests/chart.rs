@@ -310,6 +310,50 @@ fn helm_template_default_and_full_values() {
     }
 }
 
+/// `webhook.url` registers every webhook at that URL instead of through the Service (for
+/// hostNetwork beside an API server that reaches no pod or endpoint address, as in `make e2e`);
+/// anything but an https URL is refused by the values schema.
+#[test]
+fn webhook_url_replaces_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("url.yaml");
+    std::fs::write(&values, "webhook:\n  url: https://127.0.0.1:8443/\n").unwrap();
+    let docs = documents(&render(
+        "evictord",
+        "evictord-system",
+        Some(&values.display().to_string()),
+        None,
+    ));
+    let mut urls = Vec::new();
+    for doc in docs.iter().filter(|d| kind(d).ends_with("WebhookConfiguration")) {
+        for w in doc["webhooks"].as_sequence().unwrap() {
+            assert!(w["clientConfig"]["service"].is_null(), "{w:?}");
+            urls.push(w["clientConfig"]["url"].as_str().unwrap().to_string());
+        }
+    }
+    urls.sort();
+    assert_eq!(
+        urls,
+        [
+            "https://127.0.0.1:8443/mutate/nodemaintenances",
+            "https://127.0.0.1:8443/validate/evictionrequests",
+            "https://127.0.0.1:8443/validate/nodemaintenances",
+            "https://127.0.0.1:8443/validate/pods",
+            "https://127.0.0.1:8443/validate/pods-eviction",
+        ]
+    );
+    std::fs::write(&values, "webhook:\n  url: http://127.0.0.1:8443\n").unwrap();
+    let chart = chart().display().to_string();
+    let v = values.display().to_string();
+    let out = run("helm", &["template", "x", &chart, "--values", &v], None, None);
+    assert!(!out.status.success(), "a plain-http webhook.url must be refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/webhook/url"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The Deployment's container arguments are accepted by the real binary (a clap error exits 2;
 /// anything later — here an unreadable kubeconfig — exits 1).
 #[test]

@@ -96,17 +96,22 @@ Image reference: repository@digest, or repository:tag (tag defaults to the appVe
 
 {{/*
 clientConfig of one webhook; call with (dict "ctx" $ "path" "/validate/...").
+Through the Service, or at webhook.url when that is set.
 caBundle is left out when evictord patches it in, so that a `helm upgrade` does not wipe the
 patched value with an empty one (server-side, an absent field in a three-way merge is kept).
 */}}
 {{- define "evictord.webhookClientConfig" -}}
 {{- $ctx := .ctx -}}
 clientConfig:
+  {{- with $ctx.Values.webhook.url }}
+  url: {{ printf "%s%s" (trimSuffix "/" .) $.path | quote }}
+  {{- else }}
   service:
     name: {{ include "evictord.fullname" $ctx }}
     namespace: {{ $ctx.Release.Namespace }}
     path: {{ .path }}
     port: {{ $ctx.Values.service.port }}
+  {{- end }}
   {{- if not $ctx.Values.tls.patchCABundle }}
   {{- $ca := required "tls.caBundle is required when tls.patchCABundle is false" $ctx.Values.tls.caBundle }}
   caBundle: {{ if hasPrefix "-----BEGIN" (trim $ca) }}{{ $ca | b64enc }}{{ else }}{{ $ca | trim }}{{ end }}
