@@ -8,17 +8,18 @@
 #   tests/e2e/cluster.sh exec CMD...   # runs CMD in the cluster's network namespace
 #
 # Isolation from the host:
-# - network: every process runs in its own network namespace `evictord-e2e` (nsenter --net; the
-#   mount namespace is the host's so the kubelet, containerd and runc see the same mounts). Its only
-#   interface is `lo`, carrying 127.0.0.1 and the node address 192.0.2.1 (TEST-NET-1, RFC 5737:
-#   documentation-only, neither private nor public, never routed). The node address cannot be
-#   127.0.0.1: the kubelet refuses a loopback --node-ip ("nodeIP can't be loopback address") and the
-#   API rejects loopback Endpoints ("may not be in the loopback range"), and kube-apiserver reaches
-#   webhook Services through their Endpoints (--enable-aggregator-routing=true). Every pod uses
-#   hostNetwork: true; there is no CNI plugin and no bridge (containerd gets a loopback-only CNI
-#   config so that it reports the network ready; it is never invoked for hostNetwork pods).
-#   ClusterIPs come from 198.18.0.0/24 (RFC 2544 benchmarking range) and are never dialled: there is
-#   no kube-proxy, and nothing needs one.
+# - network: traffic stays on loopback. Every process runs in its own network namespace
+#   `evictord-e2e` (nsenter --net; the mount namespace is the host's so the kubelet, containerd and
+#   runc see the same mounts), whose only interface is `lo`: its ports never collide with the
+#   host's. The node address is 127.0.0.1 (the kubelet built by tests/tools/node.sh accepts a
+#   loopback --node-ip) and every pod uses hostNetwork: true; there is no CNI plugin and no bridge
+#   (containerd gets a loopback-only CNI config so that it reports the network ready; it is never
+#   invoked for hostNetwork pods). The API rejects loopback addresses in Endpoints ("may not be in
+#   the loopback range"), so no Service has endpoints here: kube-apiserver runs with
+#   --endpoint-reconciler-type=none, evictord's webhooks are registered by URL
+#   (https://127.0.0.1:PORT, chart value webhook.url) and evictord reaches the API server at
+#   127.0.0.1 (chart value kubernetesAPI.host). ClusterIPs come from 198.18.0.0/24 (RFC 2544
+#   benchmarking range) and are never dialled: there is no kube-proxy, and nothing needs one.
 # - files: containerd's root, state, socket and config, runc's state, the kubelet's root, certificate
 #   and volume-plugin directories, certificates, logs and etcd's data all live in one scratch
 #   directory, $EVICTORD_E2E_DIR (default /tmp/evictord-e2e). Exception: the v1.20 kubelet writes
@@ -38,7 +39,7 @@ set -euo pipefail
 
 DIR=${EVICTORD_E2E_DIR:-/tmp/evictord-e2e}
 NETNS=evictord-e2e
-NODE_IP=192.0.2.1
+NODE_IP=127.0.0.1
 NODE_NAME=e2e-node
 CGROUP=evictord-e2e
 PAUSE_IMAGE=localhost/evictord-e2e/pause:3.4
@@ -107,11 +108,11 @@ down() {
     find /var/log/containers -maxdepth 1 -type l 2>/dev/null | while read -r d; do
       [[ "$(readlink "${d}")" == /var/log/pods/* ]] && basename "$(readlink "${d}" | cut -d/ -f5)" | grep -Eq "${E2E_NAMESPACES_RE}" && rm -f "${d}"
       true
-    done
+    done || true
     find /var/log/pods -mindepth 1 -maxdepth 1 -type d | while read -r d; do
       basename "${d}" | grep -Eq "${E2E_NAMESPACES_RE}" && rm -rf "${d}"
       true
-    done
+    done || true
     rmdir /var/log/containers /var/log/pods 2>/dev/null || true
   fi
   # containerd's fixed runtime directory (shim sockets, fifos) when this cluster created it.
@@ -204,10 +205,9 @@ up() {
   mkdir -p "${DIR}"/{pki,logs,pids,images,etcd,containerd,runc,cni/conf,cni/bin,kubelet/root,kubelet/pki,kubelet/plugins}
   log "host kernel settings the kubelet would change (left as they are): $(for s in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do printf '%s=%s ' "$s" "$(sysctl -n "$s")"; done)"
 
-  # Network namespace: lo with 127.0.0.1 and the node address.
+  # Network namespace: only lo, 127.0.0.1 (the node address).
   ip netns add "${NETNS}"
   ip -n "${NETNS}" link set lo up
-  ip -n "${NETNS}" addr add "${NODE_IP}/32" dev lo
 
   # cgroup parent for the pods, in every hierarchy (cpuset needs its cpus and mems filled in).
   local h
@@ -223,7 +223,7 @@ up() {
   log "certificates"
   openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "${DIR}/pki/ca.key" -out "${DIR}/pki/ca.crt" \
     -subj /CN=evictord-e2e-ca -days 2 2>/dev/null
-  cert apiserver kube-apiserver "" "IP:${NODE_IP},IP:127.0.0.1,IP:198.18.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert apiserver kube-apiserver "" "IP:${NODE_IP},IP:198.18.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin admin system:masters ""
   cert kubelet "system:node:${NODE_NAME}" system:nodes "IP:${NODE_IP},DNS:${NODE_NAME}"
   openssl genrsa -out "${DIR}/pki/sa.key" 2048 2>/dev/null
@@ -237,8 +237,9 @@ up() {
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster default=http://127.0.0.1:2380
   start kube-apiserver "${envtest}/kube-apiserver" \
-    --etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --secure-port=6443 \
-    --advertise-address="${NODE_IP}" --service-cluster-ip-range=198.18.0.0/24 \
+    --etcd-servers=http://127.0.0.1:2379 --bind-address="${NODE_IP}" --secure-port=6443 \
+    --advertise-address="${NODE_IP}" --endpoint-reconciler-type=none \
+    --service-cluster-ip-range=198.18.0.0/24 \
     --tls-cert-file="${DIR}/pki/apiserver.crt" --tls-private-key-file="${DIR}/pki/apiserver.key" \
     --client-ca-file="${DIR}/pki/ca.crt" --authorization-mode=Node,RBAC \
     --service-account-key-file="${DIR}/pki/sa.pub" --service-account-signing-key-file="${DIR}/pki/sa.key" \
@@ -285,6 +286,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "${PAUSE_IMAGE}"
   stream_server_address = "127.0.0.1"
   enable_selinux = false
+  # Containers may not get an oom_score_adj below containerd's own (0): a machine without
+  # CAP_SYS_RESOURCE (such as this project's CI sandbox) cannot lower it, and runc then fails every
+  # pod sandbox (the pause container asks for -998) with "failed to update /proc/self/oom_score_adj".
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "${DIR}/cni/bin"
     conf_dir = "${DIR}/cni/conf"
@@ -322,7 +327,7 @@ EOF
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 \
     --serialize-image-pulls=false --healthz-bind-address=127.0.0.1 --read-only-port=0 \
     --address="${NODE_IP}" --max-pods=30 --sync-frequency=5s --node-status-update-frequency=5s \
-    --runtime-request-timeout=2m --v=3
+    --runtime-request-timeout=2m --oom-score-adj=0 --v=3
   kc=(in_ns "${TOOLS:-$("${repo}/tests/tools/helm-kubectl.sh")}/kubectl" --kubeconfig "${DIR}/admin.kubeconfig")
   wait_for "node ${NODE_NAME} Ready" 120 1 \
     "${kc[@]}" wait --for=condition=Ready "node/${NODE_NAME}" --timeout=1s

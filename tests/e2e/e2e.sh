@@ -4,10 +4,11 @@
 #   tests/e2e/e2e.sh IMAGE_OUT REPOSITORY TAG     (IMAGE_OUT as written by `make image`)
 #
 # 1. starts the cluster and imports the evictord image (IMAGE_OUT.docker.tar) into its containerd;
-# 2. `helm install`s the chart (one replica, hostNetwork, the API server address set explicitly,
-#    image pullPolicy Never) and waits for the Deployment to be Ready through its readiness probe;
+# 2. `helm install`s the chart (one replica, hostNetwork, the API server address and the webhook URL
+#    https://127.0.0.1:18443 set explicitly — on a node at 127.0.0.1 no Service can have endpoints,
+#    see cluster.sh —, image pullPolicy Never) and waits for the Deployment to be Ready through its readiness probe;
 # 3. checks: evictord patched its CA into both webhook configurations; kube-apiserver calls the
-#    webhook through the Service (Endpoints) and `kubectl` shows its denial (rule E3); a
+#    webhook and `kubectl` shows its denial (rule E3); a
 #    NodeMaintenance in stage Drain cordons the node and drains a real pod, which the kubelet stops
 #    honouring its preStop hook and grace period; `helm uninstall` leaves no webhook configuration;
 # 4. stops the cluster and removes every trace (also on failure; EVICTORD_E2E_KEEP=1 keeps it running
@@ -75,7 +76,8 @@ log "cluster ready, image ${repository}:${tag} imported; helm install"
 # (20 minutes) instead of evicting the only webhook replica in the middle of the test.
 h install "${RELEASE}" "${repo}/charts/evictord" --namespace "${NS}" --create-namespace \
   --set replicaCount=1 --set hostNetwork=true \
-  --set kubernetesAPI.host=192.0.2.1 --set kubernetesAPI.port=6443 \
+  --set kubernetesAPI.host=127.0.0.1 --set kubernetesAPI.port=6443 \
+  --set webhook.url=https://127.0.0.1:18443 \
   --set image.repository="${repository}" --set image.tag="${tag}" --set image.pullPolicy=Never \
   --set containerPorts.webhook=18443 --set containerPorts.probes=18080 \
   --set-string 'podAnnotations.evictord\.dev/eviction-interceptors=e2e-hold.evictord.dev' \
@@ -88,7 +90,7 @@ ca_patched() {
   local kind n
   for kind in validatingwebhookconfigurations mutatingwebhookconfigurations; do
     n=$(k get "${kind}" -l "app.kubernetes.io/instance=${RELEASE}" -o json |
-      jq '[.items[].webhooks[] | select((.clientConfig.caBundle // "") == "")] | length, ([.items[].webhooks[]] | length)' | paste -sd' ')
+      jq '([.items[].webhooks[] | select((.clientConfig.caBundle // "") == "")] | length), ([.items[].webhooks[]] | length)' | paste -sd' ')
     [[ "${n}" =~ ^0\ [1-9] ]] || return 1
   done
 }
@@ -119,7 +121,7 @@ uid=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.metadata.uid}')
 container=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.status.containerStatuses[0].containerID}')
 log "pod sleeper running (uid ${uid})"
 
-# 2. kube-apiserver calls evictord through the Service for a denied EvictionRequest.
+# 2. kube-apiserver calls evictord (at its webhook URL on the node) for a denied EvictionRequest.
 out=$(k create -f - 2>&1 <<EOF
 apiVersion: evictord.dev/v1alpha1
 kind: EvictionRequest
@@ -131,7 +133,7 @@ EOF
 ) && fail "the EvictionRequest named not-the-pod-uid was admitted: ${out}"
 echo "${out}" >&2
 grep -q 'rule E3' <<<"${out}" || fail "no rule E3 denial from the webhook: ${out}"
-log "ok: kube-apiserver -> Service -> evictord denied the EvictionRequest (rule E3)"
+log "ok: kube-apiserver -> https://127.0.0.1:18443 -> evictord denied the EvictionRequest (rule E3)"
 
 # 3. A NodeMaintenance drains the node.
 k apply -f - >&2 <<EOF
@@ -152,6 +154,10 @@ deleting() { [[ -n "$(k -n "${WORK}" get pod sleeper -o jsonpath='{.metadata.del
 until_ok "the eviction of pod sleeper" 120 0.5 deleting
 evicted_at=$(date +%s)
 log "pod sleeper is being evicted ($((evicted_at - drain_start)) s after the NodeMaintenance); waiting for the kubelet"
+# The EvictionRequest the maintenance created for it (named after the pod's UID), owned by the pod.
+evr=$(k -n "${WORK}" get evictionrequest "${uid}" -o jsonpath='{.spec.requesters[*].name} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}' 2>&1 || true)
+[[ "${evr}" == *nodemaintenance.evictord.dev*" Pod/${uid}" ]] ||
+  fail "EvictionRequest ${uid}: want requester nodemaintenance.evictord.dev and owner Pod/${uid}, got: ${evr}"
 gone() { ! k -n "${WORK}" get pod sleeper >/dev/null 2>&1; }
 until_ok "pod sleeper gone" 120 0.5 gone
 gone_at=$(date +%s)
@@ -167,10 +173,21 @@ echo "${kill_line}" >&2
 left=$(sed -n 's/.* with a \([0-9]*\) second grace period.*/\1/p' <<<"${kill_line}")
 [[ -n "${left}" && ${left} -ge $((GRACE - PRESTOP - 1)) && ${left} -le $((GRACE - PRESTOP)) ]] ||
   fail "the kubelet did not stop ${container} with the rest of its grace period: ${kill_line}"
-k get evictionrequests -A >&2 || true
-evr=$(k -n "${WORK}" get evictionrequest "${uid}" -o jsonpath='{.spec.requesters[*].name}' 2>/dev/null || true)
-[[ "${evr}" == *nodemaintenance.evictord.dev* ]] || fail "no EvictionRequest ${uid} from nodemaintenance.evictord.dev"
 log "ok: NodeMaintenance drained the node through EvictionRequest ${uid}; the kubelet honoured preStop and grace period"
+# kube-controller-manager's garbage collector removes the request once its pod is gone.
+request_collected() { ! k -n "${WORK}" get evictionrequest "${uid}" >/dev/null 2>&1; }
+until_ok "the garbage collection of EvictionRequest ${uid}" 60 1 request_collected
+log "ok: the garbage collector deleted EvictionRequest ${uid} after its pod ($(($(date +%s) - gone_at)) s)"
+
+# Traffic stayed on loopback: the node's only address is 127.0.0.1, and no TCP socket in the
+# cluster's network namespace has a peer outside 127.0.0.0/8 (no ClusterIP was dialled).
+addrs=$(k get node e2e-node -o jsonpath='{range .status.addresses[*]}{.type}={.address} {end}')
+[[ "${addrs}" == *"InternalIP=127.0.0.1"* ]] || fail "node addresses: ${addrs}"
+peers=$("${cluster}" exec ss -Htn state all | awk '{print $5}' | sed 's/:[0-9*]*$//' | sort -u)
+outside=$(grep -Ev '^(127\.[0-9.]+|\[::ffff:127\.[0-9.]+\]|\*|0\.0\.0\.0|\[::\]|\[::1\])$' <<<"${peers}" || true)
+grep -qx '127.0.0.1' <<<"${peers}" || fail "no TCP connection seen in the cluster's network namespace: ${peers}"
+[[ -z "${outside}" ]] || fail "TCP peers outside loopback in the cluster's network namespace: ${outside}"
+log "ok: node address ${addrs}; every TCP peer in the cluster's network namespace is on 127.0.0.0/8"
 
 # 4. helm uninstall leaves no webhook configuration behind.
 h uninstall "${RELEASE}" --namespace "${NS}" --wait --timeout 120s >&2 || fail "helm uninstall"

@@ -5,11 +5,14 @@
 # Built once from Debian's packages and cached outside the repository, in
 # $EVICTORD_CACHE (default ~/.cache/evictord)/node/v1.20 — the same `kubernetes` v1.20 source
 # package and Go as tests/tools/envtest.sh (which builds kube-apiserver, kube-controller-manager):
-#   - kubelet and kube-scheduler (`make WHAT=...`), with one patch: the kubelet's
-#     --protect-kernel-defaults=true only *warns* about kernel settings that differ from what it
-#     wants (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1, ...) instead of
-#     failing. Without the flag it would rewrite those host-wide sysctls; with the unpatched flag
-#     it refuses to start on a host whose values differ. The e2e cluster must leave the host alone.
+#   - kubelet and kube-scheduler (`make WHAT=...`), with two patches to the kubelet:
+#     1. --protect-kernel-defaults=true only *warns* about kernel settings that differ from what it
+#        wants (vm.overcommit_memory=1, kernel.panic=10, kernel.panic_on_oops=1, ...) instead of
+#        failing. Without the flag it would rewrite those host-wide sysctls; with the unpatched flag
+#        it refuses to start on a host whose values differ. The e2e cluster must leave the host alone.
+#     2. --node-ip may be a loopback address: the e2e node is 127.0.0.1, so that no traffic ever
+#        leaves loopback (stock v1.20 refuses with "nodeIP can't be loopback address").
+#   The cache directory is named after the patch level, so changing the patches rebuilds.
 #   - pause: build/pause/linux/pause.c compiled statically with gcc (the sandbox image).
 # Also installs the runtime packages: containerd, runc, busybox-static (a `sleep`/`sh` for test pods).
 # Progress goes to stderr; the only line on stdout is the directory.
@@ -19,7 +22,7 @@ log() { echo "node: $*" >&2; }
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 cache="${EVICTORD_CACHE:-${HOME}/.cache/evictord}/node"
-dest="${cache}/v1.20"
+dest="${cache}/v1.20-p2"
 
 need_pkgs=()
 for p in containerd runc busybox-static; do
@@ -85,6 +88,12 @@ sed -i 's#^\(github.com/modern-go/reflect2\) v1.0.1#\1 v1.0.2#' vendor/modules.t
 f=pkg/kubelet/cm/container_manager_linux.go
 grep -q 'b = KernelTunableError' "$f"
 sed -i 's/b = KernelTunableError/b = KernelTunableWarn/' "$f"
+
+# --node-ip may be loopback (see the header).
+f=pkg/kubelet/kubelet_node_status.go
+grep -q 'if nodeIP.IsLoopback() {' "$f"
+sed -i 's/if nodeIP.IsLoopback() {/if false \&\& nodeIP.IsLoopback() {/' "$f"
+grep -q 'if false && nodeIP.IsLoopback() {' "$f"
 
 log "gcc -static build/pause/linux/pause.c"
 mkdir -p "${dest}.tmp"
