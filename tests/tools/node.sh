@@ -14,7 +14,8 @@
 #        leaves loopback (stock v1.20 refuses with "nodeIP can't be loopback address").
 #   The cache directory is named after the patch level, so changing the patches rebuilds.
 #   - pause: build/pause/linux/pause.c compiled statically with gcc (the sandbox image).
-# Also installs the runtime packages: containerd, runc, busybox-static (a `sleep`/`sh` for test pods).
+# Also installs the runtime packages: containerd, runc, busybox-static (a `sleep`/`sh` for test pods),
+# and what tests/e2e uses: openssl (certificates), curl, iproute2 (ip, ss), util-linux (nsenter), jq.
 # Progress goes to stderr; the only line on stdout is the directory.
 set -euo pipefail
 
@@ -25,7 +26,7 @@ cache="${EVICTORD_CACHE:-${HOME}/.cache/evictord}/node"
 dest="${cache}/v1.20-p2"
 
 need_pkgs=()
-for p in containerd runc busybox-static; do
+for p in containerd runc busybox-static openssl curl iproute2 util-linux jq; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [[ -x "${dest}/kubelet" && -x "${dest}/kube-scheduler" && -x "${dest}/pause" && ${#need_pkgs[@]} -eq 0 ]]; then
@@ -65,9 +66,9 @@ if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-s
 fi
 log "apt-get update"
 as_root apt-get update -qq >&2
-log "apt-get install containerd runc busybox-static golang-1.19-go gcc libc6-dev dpkg-dev make"
+log "apt-get install containerd runc busybox-static openssl curl iproute2 util-linux jq golang-1.19-go gcc libc6-dev dpkg-dev make"
 with_no_services as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  containerd runc busybox-static golang-1.19-go golang-github-modern-go-reflect2-dev rsync gcc libc6-dev dpkg-dev make >&2
+  containerd runc busybox-static openssl curl iproute2 util-linux jq golang-1.19-go golang-github-modern-go-reflect2-dev rsync gcc libc6-dev dpkg-dev make >&2
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/evictord-node.XXXXXX")
 trap 'rm -rf "${work}"' EXIT
