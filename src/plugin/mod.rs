@@ -8,6 +8,8 @@
 //! - [`blockers`]: the words for what holds a drain or a request up, per pod and per node;
 //! - [`progress`]: one frame of a drain's progress (bar counts and blocker lines) and the plain
 //!   lines printed when there is no terminal;
+//! - [`report`]: what `plan` prints (pods, blocking budgets, covering maintenances);
+//! - [`requesting`]: the request `evict` creates and the requester lists it writes;
 //! - [`status`]: the rows of the `status` tables;
 //! - [`errors`]: the plugin's errors, and how API failures read to a person.
 
@@ -15,6 +17,8 @@ pub mod blockers;
 pub mod errors;
 pub mod preview;
 pub mod progress;
+pub mod report;
+pub mod requesting;
 pub mod status;
 
 #[cfg(test)]

@@ -71,6 +71,20 @@ pub fn maintenance_for(
     )
 }
 
+/// The name `drain` gives a maintenance: `drain-<first node>[-and-<n>]-<unix seconds>`, cut to
+/// fit a name (253 characters).
+pub fn maintenance_name(nodes: &[String], now: Timestamp) -> String {
+    let first = nodes.first().map_or("nodes", String::as_str);
+    let more = match nodes.len() {
+        0 | 1 => String::new(),
+        n => format!("-and-{}", n - 1),
+    };
+    let tail = format!("{more}-{}", now.as_second());
+    let room = 253 - "drain-".len() - tail.len();
+    let head: String = first.chars().take(room).collect();
+    format!("drain-{}{tail}", head.trim_end_matches(['-', '.']))
+}
+
 /// One pod of the preview.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -402,6 +416,16 @@ mod tests {
             names(&p),
             vec![(Some(0), "low".into()), (Some(0), "mid".into())]
         );
+    }
+
+    #[rstest::rstest]
+    #[case(&["n1"], "drain-n1-1800000000")]
+    #[case(&["n1", "n2", "n3"], "drain-n1-and-2-1800000000")]
+    fn maintenance_names(#[case] nodes: &[&str], #[case] name: &str) {
+        let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+        assert_eq!(maintenance_name(&nodes, t(0)), name);
+        let long = vec!["x".repeat(300)];
+        assert_eq!(maintenance_name(&long, t(0)).len(), 253);
     }
 
     #[test]
