@@ -8,15 +8,17 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use evictord::api::{EvictionRequest, InterceptorStatus};
+use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use support::fixtures::{blocking_pdb, node, pdb_api, pod, priority_class};
+use support::interceptor::{now, write_when_active};
+use support::process::wait_exit;
 use support::tools::kubectl_command;
 use support::wait::until;
 
@@ -33,10 +35,6 @@ async fn setup(prefix: &str) -> (Client, String) {
     support::evictord::shared(FLAGS).await;
     let c = support::cluster().await;
     (c.client().await, c.namespace(prefix).await)
-}
-
-fn now() -> Time {
-    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap())
 }
 
 /// A directory holding only the plugin, put in front of PATH: kubectl finds it there.
@@ -78,55 +76,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Plays interceptor `name`: waits until it is active, then edits its own entry.
-async fn interceptor_write(
-    api: &Api<EvictionRequest>,
-    uid: &str,
-    name: &str,
-    edit: impl Fn(&mut InterceptorStatus),
-) {
-    for _ in 0..200 {
-        let Some(mut obj) = api.get_opt(uid).await.unwrap() else {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            continue;
-        };
-        let mut s = obj.status.clone().unwrap_or_default();
-        if s.active_interceptors.first().map(String::as_str) != Some(name) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            continue;
-        }
-        let entry = s.interceptors.iter_mut().find(|i| i.name == name).unwrap();
-        edit(entry);
-        obj.status = Some(s);
-        obj.metadata.managed_fields = None;
-        match api.replace_status(uid, &PostParams::default(), &obj).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => panic!("interceptor {name} status write failed: {e}"),
-        }
-    }
-    panic!("interceptor {name} never became active, or too many conflicts");
-}
-
-async fn wait_exit(child: &mut Child, log: &std::path::Path, within: Duration) -> i32 {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            return status
-                .code()
-                .unwrap_or_else(|| panic!("kubectl evictord killed:\n{text}"));
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("kubectl evictord did not exit within {within:?}:\n{text}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Waits until the log file contains `needle`.
@@ -281,7 +230,7 @@ async fn kubectl_evictord_drain_names_each_blocker_and_exits_when_drained() {
     .expect("kubectl evictord drain");
 
     // The interceptor holds the annotated pod: heartbeats twice, then completes.
-    interceptor_write(&api, &uid, INTERCEPTOR, |e| {
+    write_when_active(&api, &uid, INTERCEPTOR, |e| {
         e.start_time = Some(now());
         e.heartbeat_time = Some(now());
         e.message = Some("copying data".into());
@@ -290,7 +239,7 @@ async fn kubectl_evictord_drain_names_each_blocker_and_exits_when_drained() {
     log_shows(&log, &format!("interceptor {INTERCEPTOR} active for")).await;
     log_shows(&log, "copying data").await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    interceptor_write(&api, &uid, INTERCEPTOR, |e| e.heartbeat_time = Some(now())).await;
+    write_when_active(&api, &uid, INTERCEPTOR, |e| e.heartbeat_time = Some(now())).await;
     // A new heartbeat is a new line.
     until(T, "a second line for the second heartbeat", || async {
         let out = std::fs::read_to_string(&log).unwrap_or_default();
@@ -300,7 +249,7 @@ async fn kubectl_evictord_drain_names_each_blocker_and_exits_when_drained() {
             .then_some(())
     })
     .await;
-    interceptor_write(&api, &uid, INTERCEPTOR, |e| e.completion_time = Some(now())).await;
+    write_when_active(&api, &uid, INTERCEPTOR, |e| e.completion_time = Some(now())).await;
 
     // The budget holds the guarded pod until it is released.
     log_shows(
@@ -439,6 +388,66 @@ async fn errors_name_the_problem() {
     );
 }
 
+/// A timeout and Ctrl-C stop watching only: the maintenance stays, and the plugin says how to
+/// resume or undo.
+#[tokio::test]
+async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
+    let (client, _ns) = setup("plugin-watch").await;
+    node("plugin-w1").create(&client).await;
+    let nm = evictord::plugin::preview::maintenance_for(
+        "plugin-watch-nm",
+        &["plugin-w1".to_string()],
+        &[],
+        None,
+        evictord::api::Stage::Cordon,
+    );
+    let api: Api<evictord::api::NodeMaintenance> = Api::all(client.clone());
+    api.create(&PostParams::default(), &nm).await.unwrap();
+
+    let out = plugin(&["watch", "plugin-watch-nm", "--timeout", "2s"]).await;
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(
+        t.contains("node plugin-w1: 0/0 pods evicted; stage Cordon"),
+        "{t}"
+    );
+    assert!(
+        t.contains("resume watching: kubectl evictord watch plugin-watch-nm"),
+        "{t}"
+    );
+
+    let c = support::cluster().await;
+    let log = c.dir.join("plugin-watch.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = plugin_command(&["watch", "plugin-watch-nm"])
+        .await
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap();
+    log_shows(&log, "stage Cordon").await;
+    // kubectl execs the plugin in its own process, so the signal reaches the plugin.
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let code = wait_exit(&mut child, &log, T).await;
+    let t = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, 130, "{t}");
+    assert!(
+        t.contains("nothing was undone")
+            && t.contains(
+                "undo (uncordon, withdraw requests): kubectl evictord complete plugin-watch-nm"
+            ),
+        "{t}"
+    );
+    assert!(api.get_opt("plugin-watch-nm").await.unwrap().is_some());
+    let out = plugin(&["complete", "plugin-watch-nm"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// Where the screen capture goes: `$CARGO_TARGET_DIR` (or `target`) `/plugin-screen.txt`.
 fn capture_path() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -454,7 +463,7 @@ fn tmux(args: &[&str]) -> Output {
         .expect("tmux (install it: tests/tools/tmux.sh)")
 }
 
-/// The live view in a pseudo-terminal (tmux, 100×16), captured while the budget and the
+/// The live view in a pseudo-terminal (tmux, 120×16), captured while the budget and the
 /// interceptor hold the drain up and again once it is drained; the first capture is written to
 /// [`capture_path`] for the README. `make plugin-screen` runs it.
 #[tokio::test]
@@ -481,7 +490,7 @@ async fn live_view_under_tmux() {
         "-s",
         &session,
         "-x",
-        "100",
+        "120",
         "-y",
         "16",
         &command,
@@ -489,19 +498,22 @@ async fn live_view_under_tmux() {
     assert!(started.status.success(), "{}", text(&started));
     let screen = || tmux(&["capture-pane", "-p", "-t", &session]);
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    interceptor_write(&api, &uid, INTERCEPTOR, |e| {
+    write_when_active(&api, &uid, INTERCEPTOR, |e| {
         e.start_time = Some(now());
         e.heartbeat_time = Some(now());
         e.message = Some("copying data".into());
     })
     .await;
-    let shot = until(T, "the live view showing the interceptor", || async {
+    until(T, "the live view showing the interceptor", || async {
         let s = String::from_utf8_lossy(&screen().stdout).to_string();
         s.contains("interceptor hold.example.com active")
             .then_some(s)
     })
     .await;
-    interceptor_write(&api, &uid, INTERCEPTOR, |e| e.completion_time = Some(now())).await;
+    // A few seconds on, as a person would look at it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let shot = String::from_utf8_lossy(&screen().stdout).to_string();
+    write_when_active(&api, &uid, INTERCEPTOR, |e| e.completion_time = Some(now())).await;
     let shot2 = until(T, "the live view showing the budget", || async {
         let s = String::from_utf8_lossy(&screen().stdout).to_string();
         s.contains("PodDisruptionBudget guarded-pdb allows 0")
