@@ -289,6 +289,16 @@ async fn kubectl_evictord_drain_names_each_blocker_and_exits_when_drained() {
     assert_eq!(names, ["plain", "annotated", "guarded"], "{out}");
     assert!(order.windows(2).all(|w| w[0].1.0 <= w[1].1.0), "{order:?}");
 
+    let out = plugin(&["status", "-o", "json"]).await;
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["kind"] == "NodeMaintenance" && i["metadata"]["name"] == "plugin-nm"),
+        "{list:#}"
+    );
     let out = plugin(&["status"]).await;
     assert!(
         out.status.success() && text(&out).contains("plugin-nm"),
@@ -402,6 +412,17 @@ async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
         evictord::api::Stage::Cordon,
     );
     let api: Api<evictord::api::NodeMaintenance> = Api::all(client.clone());
+
+    // A dry run goes through the webhook (the default plan is filled in) and writes nothing.
+    let out = plugin(&["drain", "plugin-w1", "--dry-run", "--name", "plugin-dry"]).await;
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("kind: NodeMaintenance") && t.contains("podPriority: 2147483647"),
+        "{t}"
+    );
+    assert!(api.get_opt("plugin-dry").await.unwrap().is_none(), "{t}");
+
     api.create(&PostParams::default(), &nm).await.unwrap();
 
     let out = plugin(&["watch", "plugin-watch-nm", "--timeout", "2s"]).await;

@@ -1,6 +1,11 @@
 //! The plugin's errors, and how an API failure reads to a person: a missing object by name, the
 //! missing CRDs as "install the chart first", a refusal with the permission it lacks.
 
+/// Exit code when a timeout stopped the command (the maintenance or request goes on).
+pub const EXIT_TIMEOUT: i32 = 3;
+/// Exit code after Ctrl-C (nothing was undone).
+pub const EXIT_INTERRUPTED: i32 = 130;
+
 /// What the plugin was doing when the API answered: the permission it needed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {

@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use evictord::api::{NodeMaintenance, Stage};
-use evictord::plugin::errors::{Access, api_error};
+use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error};
 use evictord::plugin::preview::{maintenance_for, maintenance_name, preview};
 use evictord::plugin::report::{plan_report, plan_text};
 use evictord::plugin::status::{
@@ -17,15 +17,11 @@ use evictord::plugin::status::{
 };
 use evictord::plugin::{Error, Result};
 
+use crate::cli::{Cli, Command, Nodes, Output};
 use crate::connect::connect;
 use crate::follow::{Outcome, follow, how_to_go_on, summary};
 use crate::show::print_object;
-use crate::{Cli, Command, Nodes, Output, read, requests};
-
-/// Exit code of a timeout.
-pub const EXIT_TIMEOUT: i32 = 3;
-/// Exit code after Ctrl-C.
-pub const EXIT_INTERRUPTED: i32 = 130;
+use crate::{read, requests};
 
 /// Runs the command; returns the exit code.
 pub async fn run(cli: Cli) -> i32 {

@@ -5,7 +5,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use evictord::plugin::{Error, Result};
 
-use crate::Connection;
+use crate::cli::Connection;
 
 /// A client as kubectl would build it, and the namespace to use.
 pub async fn connect(c: &Connection) -> Result<(Client, String)> {

@@ -12,11 +12,10 @@ use serde_json::json;
 use evictord::api::{EvictionRequest, Requester};
 use evictord::cluster::CachedPod;
 use evictord::plugin::blockers::holdup;
-use evictord::plugin::errors::{Access, api_error};
+use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error};
 use evictord::plugin::requesting::{joined, new_request, withdrawn};
 use evictord::plugin::{Error, Result};
 
-use crate::commands::{EXIT_INTERRUPTED, EXIT_TIMEOUT};
 use crate::read;
 use crate::show::is_terminal;
 

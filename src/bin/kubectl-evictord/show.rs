@@ -11,7 +11,7 @@ use serde::Serialize;
 use evictord::plugin::progress::{Frame, new_lines, plain_lines};
 use evictord::plugin::{Error, Result};
 
-use crate::Output;
+use crate::cli::Output;
 
 /// Prints a value as json or yaml.
 pub fn print_object<T: Serialize>(value: &T, output: Output) -> Result<()> {
