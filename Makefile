@@ -33,7 +33,7 @@ plugin-screen:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	export PATH="$$(tests/tools/tmux.sh):$$PATH"; \
-	$(CARGO) test --locked --test plugin -- --ignored --nocapture live_view_under_tmux
+	$(CARGO) test --locked --test plugin_screen -- --ignored --nocapture
 
 ## make envtest: kube-apiserver + etcd for the real-cluster tests (built once from Debian's packages).
 envtest:

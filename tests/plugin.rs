@@ -2,159 +2,24 @@
 //! (`kubectl evictord ...`): a drain whose plain output names each blocker while it blocks and
 //! that exits 0 once Drained, a preview whose order is the order in which the controller creates
 //! the EvictionRequests, `evict`/`cancel`, `status`, `complete`, and errors that read well.
-//! `live_view_under_tmux` (ignored; `make plugin-screen`) captures the live view as a person
-//! sees it, in a tmux pseudo-terminal.
+//! The live view under a pseudo-terminal is in `tests/plugin_screen.rs`.
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Client};
-use support::fixtures::{blocking_pdb, node, pdb_api, pod, priority_class};
+use support::fixtures::{blocking_pdb, node, pdb_api, pod};
 use support::interceptor::{now, write_when_active};
+use support::plugin::{
+    INTERCEPTOR, T, log_shows, plugin, plugin_command, record_request_order, scenario, setup, text,
+};
 use support::process::wait_exit;
-use support::tools::kubectl_command;
 use support::wait::until;
-
-const T: Duration = Duration::from_secs(90);
-const FLAGS: &[&str] = &[
-    "--interceptor-deadline=60s",
-    "--min-heartbeat-interval=1s",
-    "--eviction-backoff-base=1s",
-    "--eviction-backoff-cap=2s",
-];
-const INTERCEPTOR: &str = "hold.example.com";
-
-async fn setup(prefix: &str) -> (Client, String) {
-    support::evictord::shared(FLAGS).await;
-    let c = support::cluster().await;
-    (c.client().await, c.namespace(prefix).await)
-}
-
-/// A directory holding only the plugin, put in front of PATH: kubectl finds it there.
-fn plugin_path() -> String {
-    let dir = std::env::temp_dir().join(format!("evictord-plugin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("kubectl-evictord");
-    if !link.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-evictord"), &link).unwrap();
-    }
-    format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
-/// `kubectl evictord ARGS` through the real kubectl.
-async fn plugin_command(args: &[&str]) -> Command {
-    let c = support::cluster().await;
-    let mut full = vec!["evictord"];
-    full.extend_from_slice(args);
-    let mut cmd = kubectl_command(c, &full);
-    cmd.env("PATH", plugin_path());
-    cmd
-}
-
-async fn plugin(args: &[&str]) -> Output {
-    plugin_command(args)
-        .await
-        .stdin(Stdio::null())
-        .output()
-        .expect("kubectl evictord")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Waits until the log file contains `needle`.
-async fn log_shows(log: &std::path::Path, needle: &str) {
-    until(
-        T,
-        &format!("the plugin's output to show {needle:?}"),
-        || async {
-            std::fs::read_to_string(log)
-                .unwrap_or_default()
-                .contains(needle)
-                .then_some(())
-        },
-    )
-    .await;
-}
-
-/// The drain scenario: on `node`, `plain` (priority 100), `annotated` (200, waits for
-/// [`INTERCEPTOR`]) and `guarded` (300, blocked by PodDisruptionBudget `guarded-pdb`).
-async fn scenario(client: &Client, ns: &str, node_name: &str) -> String {
-    node(node_name).create(client).await;
-    priority_class(client, "plugin-100", 100).await;
-    priority_class(client, "plugin-200", 200).await;
-    priority_class(client, "plugin-300", 300).await;
-    pod("plain")
-        .on_node(node_name)
-        .replicaset("web")
-        .priority_class("plugin-100")
-        .create(client, ns)
-        .await;
-    let annotated = pod("annotated")
-        .on_node(node_name)
-        .priority_class("plugin-200")
-        .interceptors(&[INTERCEPTOR])
-        .create(client, ns)
-        .await;
-    pod("guarded")
-        .on_node(node_name)
-        .label("app", "guarded")
-        .priority_class("plugin-300")
-        .create(client, ns)
-        .await;
-    blocking_pdb(client, ns, "guarded-pdb", "app", "guarded", 1).await;
-    annotated.metadata.uid.unwrap()
-}
-
-/// Records the order in which EvictionRequests appear in `ns` (by target pod), until `n` did.
-fn record_request_order(
-    client: Client,
-    ns: String,
-    n: usize,
-) -> tokio::task::JoinHandle<Vec<(String, Time)>> {
-    tokio::spawn(async move {
-        let api: Api<EvictionRequest> = Api::namespaced(client, &ns);
-        let mut seen: Vec<(String, Time)> = Vec::new();
-        // 150 s at most, 100 ms apart.
-        for _ in 0..1500 {
-            if let Ok(list) = api.list(&ListParams::default()).await {
-                let mut new: Vec<&EvictionRequest> = list
-                    .items
-                    .iter()
-                    .filter(|r| !seen.iter().any(|(p, _)| *p == r.spec.target.pod.name))
-                    .collect();
-                new.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
-                for r in new {
-                    seen.push((
-                        r.spec.target.pod.name.clone(),
-                        r.metadata.creation_timestamp.clone().unwrap(),
-                    ));
-                }
-            }
-            if seen.len() >= n {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        seen
-    })
-}
 
 #[tokio::test]
 async fn kubectl_evictord_drain_names_each_blocker_and_exits_when_drained() {
@@ -403,7 +268,10 @@ async fn errors_name_the_problem() {
 #[tokio::test]
 async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
     let (client, _ns) = setup("plugin-watch").await;
-    node("plugin-w1").create(&client).await;
+    node("plugin-w1")
+        .label("evictord-test", "plugin-w")
+        .create(&client)
+        .await;
     let nm = evictord::plugin::preview::maintenance_for(
         "plugin-watch-nm",
         &["plugin-w1".to_string()],
@@ -424,6 +292,21 @@ async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
     assert!(api.get_opt("plugin-dry").await.unwrap().is_none(), "{t}");
 
     api.create(&PostParams::default(), &nm).await.unwrap();
+
+    // The preview by selector names the maintenance already covering the node.
+    let out = plugin(&["plan", "-l", "evictord-test=plugin-w", "-o", "yaml"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_norway::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["nodes"],
+        serde_json::json!(["plugin-w1"]),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["maintenances"],
+        serde_json::json!([{"name": "plugin-watch-nm", "stage": "Cordon", "nodes": ["plugin-w1"]}]),
+        "{report:#}"
+    );
 
     let out = plugin(&["watch", "plugin-watch-nm", "--timeout", "2s"]).await;
     let t = text(&out);
@@ -469,102 +352,63 @@ async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
-/// Where the screen capture goes: `$CARGO_TARGET_DIR` (or `target`) `/plugin-screen.txt`.
-fn capture_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    target.join("plugin-screen.txt")
-}
-
-fn tmux(args: &[&str]) -> Output {
-    Command::new("tmux")
-        .args(args)
-        .output()
-        .expect("tmux (install it: tests/tools/tmux.sh)")
-}
-
-/// The live view in a pseudo-terminal (tmux, 120×16), captured while the budget and the
-/// interceptor hold the drain up and again once it is drained; the first capture is written to
-/// [`capture_path`] for the README. `make plugin-screen` runs it.
+/// A node that waits for another node of the same drain names the maintenances sharing that
+/// node.
 #[tokio::test]
-#[ignore = "needs tmux; run by `make plugin-screen`"]
-async fn live_view_under_tmux() {
-    let (client, ns) = setup("plugin-tmux").await;
-    let uid = scenario(&client, &ns, "plugin-tty").await;
+async fn a_waiting_node_names_the_maintenance_it_shares_with() {
+    let (client, ns) = setup("plugin-shared").await;
+    node("plugin-s1").create(&client).await;
+    node("plugin-s2").create(&client).await;
+    pod("guarded")
+        .on_node("plugin-s2")
+        .label("app", "guarded")
+        .create(&client, &ns)
+        .await;
+    blocking_pdb(&client, &ns, "guarded-pdb", "app", "guarded", 1).await;
+    let other = evictord::plugin::preview::maintenance_for(
+        "plugin-other-nm",
+        &["plugin-s2".to_string()],
+        &[],
+        None,
+        evictord::api::Stage::Drain,
+    );
+    let api: Api<evictord::api::NodeMaintenance> = Api::all(client.clone());
+    api.create(&PostParams::default(), &other).await.unwrap();
+
     let c = support::cluster().await;
-    let session = format!("evictord-plugin-{}", std::process::id());
-    let command = format!(
-        "env PATH='{}' KUBECONFIG='{}' kubectl evictord drain plugin-tty --name plugin-tty-nm --priority-steps 100,200,300 --timeout 150s; echo exit=$?; sleep 600",
-        plugin_path(),
-        c.kubeconfig.display()
-    );
-    let kubectl_dir = kubectl_command(c, &[]).get_program().to_owned();
-    let kubectl_dir = PathBuf::from(kubectl_dir).parent().unwrap().to_path_buf();
-    let command = command.replace(
-        "env PATH='",
-        &format!("env PATH='{}:", kubectl_dir.display()),
-    );
-    let started = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "120",
-        "-y",
-        "16",
-        &command,
-    ]);
-    assert!(started.status.success(), "{}", text(&started));
-    let screen = || tmux(&["capture-pane", "-p", "-t", &session]);
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    write_when_active(&api, &uid, INTERCEPTOR, |e| {
-        e.start_time = Some(now());
-        e.heartbeat_time = Some(now());
-        e.message = Some("copying data".into());
-    })
+    let log = c.dir.join("plugin-shared.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = plugin_command(&[
+        "drain",
+        "plugin-s1",
+        "plugin-s2",
+        "--name",
+        "plugin-shared-nm",
+        "--timeout",
+        "120s",
+    ])
+    .await
+    .stdin(Stdio::null())
+    .stdout(Stdio::from(file.try_clone().unwrap()))
+    .stderr(Stdio::from(file))
+    .spawn()
+    .unwrap();
+    log_shows(
+        &log,
+        "node plugin-s1: 0/0 pods evicted; waiting for node plugin-s2: shared with maintenance plugin-other-nm",
+    )
     .await;
-    until(T, "the live view showing the interceptor", || async {
-        let s = String::from_utf8_lossy(&screen().stdout).to_string();
-        s.contains("interceptor hold.example.com active")
-            .then_some(s)
-    })
-    .await;
-    // A few seconds on, as a person would look at it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let shot = String::from_utf8_lossy(&screen().stdout).to_string();
-    write_when_active(&api, &uid, INTERCEPTOR, |e| e.completion_time = Some(now())).await;
-    let shot2 = until(T, "the live view showing the budget", || async {
-        let s = String::from_utf8_lossy(&screen().stdout).to_string();
-        s.contains("PodDisruptionBudget guarded-pdb allows 0")
-            .then_some(s)
-    })
-    .await;
-    assert!(
-        shot.contains("pods evicted") && shot.contains("plugin-tty"),
-        "{shot}"
-    );
+    log_shows(&log, "PodDisruptionBudget guarded-pdb allows 0 disruptions").await;
     pdb_api(&client, &ns)
         .delete("guarded-pdb", &Default::default())
         .await
         .unwrap();
-    let done = until(T, "the live view showing Drained", || async {
-        let s = String::from_utf8_lossy(&screen().stdout).to_string();
-        s.contains("exit=0").then_some(s)
-    })
-    .await;
-    let _ = tmux(&["kill-session", "-t", &session]);
-    assert!(
-        done.contains("3/3 pods evicted") && done.contains("is Drained"),
-        "{done}"
-    );
-    let capture = format!(
-        "# while the interceptor holds the drain\n{}\n# while the budget holds it\n{}\n# drained\n{}\n",
-        shot.trim_end(),
-        shot2.trim_end(),
-        done.trim_end()
-    );
-    std::fs::write(capture_path(), &capture).unwrap();
-    println!("{capture}");
+    let code = wait_exit(&mut child, &log, T).await;
+    let out = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("node plugin-s2: 1/1 pods evicted"), "{out}");
+    for name in ["plugin-shared-nm", "plugin-other-nm"] {
+        let out = plugin(&["complete", name]).await;
+        assert!(out.status.success(), "{}", text(&out));
+    }
 }

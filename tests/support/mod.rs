@@ -11,6 +11,7 @@ pub mod evictord;
 pub mod fixtures;
 pub mod interceptor;
 pub mod kubelet;
+pub mod plugin;
 pub mod process;
 pub mod surge;
 pub mod tools;
