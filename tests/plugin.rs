@@ -201,8 +201,17 @@ async fn evict_and_cancel_from_the_terminal() {
     let uid = held.metadata.uid.unwrap();
     let out = plugin(&["evict", "held", "-n", &ns, "--requester", "me.example.com"]).await;
     assert!(out.status.success(), "{}", text(&out));
-    let again = plugin(&["evict", "held", "-n", &ns]).await;
+    let again = plugin(&["evict", "held", "-n", &ns, "-o", "json"]).await;
     assert!(text(&again).contains("joined"), "{}", text(&again));
+    let printed: EvictionRequest = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(printed.spec.requesters.len(), 2, "{}", text(&again));
+    let out = plugin(&["watch", "anything", "-o", "json"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "-o means nothing for watch: {}",
+        text(&out)
+    );
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
     let r = api.get(&uid).await.unwrap();
     let names: Vec<&str> = r.spec.requesters.iter().map(|q| q.name.as_str()).collect();

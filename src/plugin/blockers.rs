@@ -97,7 +97,8 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-fn since(then: Timestamp, now: Timestamp) -> Duration {
+/// The time from `then` to `now` in whole seconds (0 when `then` is later).
+pub fn since(then: Timestamp, now: Timestamp) -> Duration {
     Duration::from_secs(u64::try_from(now.as_second() - then.as_second()).unwrap_or(0))
 }
 

@@ -1,6 +1,9 @@
 //! Builders for the plugin's unit tests.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
 use crate::api::{
@@ -12,6 +15,13 @@ use crate::cluster::CachedPod;
 /// A fixed "now" and offsets from it.
 pub fn t(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("timestamp")
+}
+
+/// A node by name.
+pub fn node(name: &str) -> Arc<Node> {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    Arc::new(n)
 }
 
 pub struct PodBuilder(CachedPod);

@@ -295,13 +295,7 @@ fn planned_pod(pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::fixtures::{pod, t};
-
-    fn node(name: &str) -> Arc<Node> {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        Arc::new(n)
-    }
+    use crate::plugin::fixtures::{node, pod, t};
 
     fn names(p: &Preview) -> Vec<(Option<usize>, String)> {
         p.pods.iter().map(|p| (p.step, p.name.clone())).collect()

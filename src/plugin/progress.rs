@@ -228,16 +228,10 @@ pub fn new_lines(printed: &mut BTreeSet<String>, now: &[PlainLine]) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::api::{NodeMaintenanceNodeStatus, NodeMaintenanceStatus, NodeReference};
-    use crate::plugin::fixtures::{pod, request, t};
+    use crate::plugin::fixtures::{node, pod, request, t};
     use crate::plugin::preview::maintenance_for;
 
     const NM: &str = "nodemaintenance.evictord.dev";
-
-    fn node(name: &str) -> Arc<Node> {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        Arc::new(n)
-    }
 
     fn draining(message: &str) -> NodeMaintenance {
         let mut m = maintenance_for("mine", &["n1".into()], &[], None, Stage::Drain);

@@ -212,14 +212,8 @@ pub fn plan_text(r: &PlanReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::fixtures::{pod, t};
+    use crate::plugin::fixtures::{node, pod, t};
     use crate::plugin::preview::{maintenance_for, preview};
-
-    fn node(name: &str) -> Arc<Node> {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        Arc::new(n)
-    }
 
     #[test]
     fn report_names_blocking_budgets_and_covering_maintenances() {

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 
 use crate::api::{CONDITION_DRAINED, EvictionRequest, NodeMaintenance};
 
-use super::blockers::human;
+use super::blockers::{human, since};
 
 /// Header of the maintenances table.
 pub const MAINTENANCE_HEADER: [&str; 7] = [
@@ -77,11 +77,7 @@ pub fn open_request_rows(requests: &[EvictionRequest], now: Timestamp) -> Vec<Ve
                 .metadata
                 .creation_timestamp
                 .as_ref()
-                .map(|c| {
-                    human(std::time::Duration::from_secs(
-                        u64::try_from(now.as_second() - c.0.as_second()).unwrap_or(0),
-                    ))
-                })
+                .map(|c| human(since(c.0, now)))
                 .unwrap_or_default();
             vec![
                 r.metadata.namespace.clone().unwrap_or_default(),

@@ -133,3 +133,15 @@ pub enum Command {
     /// Maintenances and open EvictionRequests.
     Status,
 }
+
+impl Command {
+    /// Whether `-o json|yaml` means something for the command: it prints objects.
+    pub fn prints_objects(&self) -> bool {
+        match self {
+            Command::Plan { .. } | Command::Status => true,
+            Command::Drain { dry_run, .. } => *dry_run,
+            Command::Evict { wait, .. } => !*wait,
+            Command::Watch { .. } | Command::Complete { .. } | Command::Cancel { .. } => false,
+        }
+    }
+}

@@ -35,9 +35,14 @@ pub async fn run(cli: Cli) -> i32 {
 }
 
 async fn dispatch(cli: Cli) -> Result<i32> {
+    let output = cli.output;
+    if output.is_some() && !cli.command.prints_objects() {
+        return Err(Error::Usage(
+            "-o json|yaml applies to plan, status, evict (without --wait) and drain --dry-run; the others print progress".into(),
+        ));
+    }
     let (client, namespace) = connect(&cli.conn).await?;
     read::ensure_crds(&client).await?;
-    let output = cli.output;
     match cli.command {
         Command::Drain {
             nodes,
@@ -57,7 +62,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             requester,
             wait,
             timeout,
-        } => requests::evict(&client, &namespace, &pod, &requester, wait, timeout).await,
+        } => requests::evict(&client, &namespace, &pod, &requester, wait, timeout, output).await,
         Command::Cancel { pod, requester } => {
             requests::cancel(&client, &namespace, &pod, &requester).await
         }

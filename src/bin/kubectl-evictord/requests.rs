@@ -16,8 +16,9 @@ use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error
 use evictord::plugin::requesting::{joined, new_request, withdrawn};
 use evictord::plugin::{Error, Result};
 
+use crate::cli::Output;
 use crate::read;
-use crate::show::is_terminal;
+use crate::show::{is_terminal, print_object};
 
 const RESOURCE: &str = "evictionrequests.evictord.dev";
 
@@ -46,6 +47,7 @@ pub async fn evict(
     requester: &str,
     wait: bool,
     timeout: Option<Duration>,
+    output: Option<Output>,
 ) -> Result<i32> {
     let pods: Api<CachedPod> = Api::namespaced(client.clone(), namespace);
     let p = pods.get(pod).await.map_err(|e| {
@@ -66,6 +68,14 @@ pub async fn evict(
             e,
         )
     })?;
+    // With -o, standard output carries only the object.
+    let say = |line: String| {
+        if output.is_some() {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     match existing {
         None => {
             api.create(&PostParams::default(), &new_request(pod, &uid, requester))
@@ -73,21 +83,33 @@ pub async fn evict(
                 .map_err(|e| {
                     api_error(Access::new("create", RESOURCE).in_namespace(namespace), e)
                 })?;
-            println!(
+            say(format!(
                 "evictionrequest {namespace}/{uid} created for pod {pod} (requester {requester})"
-            );
+            ));
         }
         Some(r) => match joined(&r.spec.requesters, requester) {
             Some(list) => {
                 write_requesters(&api, &r, &list).await?;
-                println!(
+                say(format!(
                     "evictionrequest {namespace}/{uid} of pod {pod} joined (requester {requester})"
-                );
+                ));
             }
-            None => {
-                println!("evictionrequest {namespace}/{uid} of pod {pod} already lists {requester}")
-            }
+            None => say(format!(
+                "evictionrequest {namespace}/{uid} of pod {pod} already lists {requester}"
+            )),
         },
+    }
+    if let Some(o) = output {
+        let mut r = api.get(&uid).await.map_err(|e| {
+            api_error(
+                Access::new("get", RESOURCE)
+                    .in_namespace(namespace)
+                    .named(&uid),
+                e,
+            )
+        })?;
+        r.metadata.managed_fields = None;
+        print_object(&r, o)?;
     }
     if !wait {
         return Ok(0);
