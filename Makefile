@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e
+.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e plugin plugin-screen
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -21,6 +21,19 @@ build:
 ## with a working kubeconfig ($$KUBECONFIG or ~/.kube/config) the controllers run too, else offline mode.
 run: build
 	./target/debug/evictord serve --webhook-addr $(WEBHOOK_ADDR) --probe-addr $(PROBE_ADDR) --cert-dir $(CERT_DIR) $(ARGS)
+
+## make plugin: installs the kubectl plugin (`kubectl evictord ...`) into ~/.cargo/bin, which must be on PATH.
+plugin:
+	$(CARGO) install --locked --path . --bin kubectl-evictord
+
+## make plugin-screen: the plugin's live view as a person sees it: `kubectl evictord drain` in a tmux
+## pseudo-terminal on the test control plane, the screen captured into
+## $${CARGO_TARGET_DIR:-target}/plugin-screen.txt (the README shows one). Installs tmux if missing.
+plugin-screen:
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
+	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
+	export PATH="$$(tests/tools/tmux.sh):$$PATH"; \
+	$(CARGO) test --locked --test plugin_screen -- --ignored --nocapture
 
 ## make envtest: kube-apiserver + etcd for the real-cluster tests (built once from Debian's packages).
 envtest:

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod drain;
 pub mod interceptor;
 pub mod metrics;
+pub mod plugin;
 pub mod selector;
 pub mod serve;
 pub mod telemetry;

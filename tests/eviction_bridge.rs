@@ -9,12 +9,13 @@ mod support;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use evictord::api::{EVICTION_API_REQUESTER, EvictionRequest, InterceptorStatus};
+use evictord::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use support::fixtures::{blocking_pdb, node, pdb_api, pod};
+use support::interceptor::{now, write_when_active};
+use support::process::wait_exit;
 use support::tools::{kubectl, kubectl_command};
 use support::wait::until;
 
@@ -35,10 +36,6 @@ async fn setup(prefix: &str) -> (Client, String) {
     (c.client().await, c.namespace(prefix).await)
 }
 
-fn now() -> Time {
-    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap())
-}
-
 /// The pod's EvictionRequest once it lists the bridge's requester.
 async fn bridged_request(api: &Api<EvictionRequest>, uid: &str) -> EvictionRequest {
     until(
@@ -52,33 +49,6 @@ async fn bridged_request(api: &Api<EvictionRequest>, uid: &str) -> EvictionReque
         },
     )
     .await
-}
-
-/// Plays interceptor `name`: waits until it is active, then edits its own entry.
-async fn interceptor_write(
-    api: &Api<EvictionRequest>,
-    uid: &str,
-    name: &str,
-    edit: impl Fn(&mut InterceptorStatus),
-) {
-    for _ in 0..40 {
-        let mut obj = api.get(uid).await.unwrap();
-        let mut s = obj.status.clone().unwrap_or_default();
-        if s.active_interceptors.first().map(String::as_str) != Some(name) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            continue;
-        }
-        let entry = s.interceptors.iter_mut().find(|i| i.name == name).unwrap();
-        edit(entry);
-        obj.status = Some(s);
-        obj.metadata.managed_fields = None;
-        match api.replace_status(uid, &PostParams::default(), &obj).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => panic!("interceptor {name} status write failed: {e}"),
-        }
-    }
-    panic!("interceptor {name} never became active, or too many conflicts");
 }
 
 /// `kubectl drain NODE` in the background, output to files in the cluster's scratch directory.
@@ -100,24 +70,6 @@ async fn drain(node: &str, extra: &[&str]) -> (Child, std::path::PathBuf) {
         .spawn()
         .expect("kubectl drain");
     (child, out)
-}
-
-async fn wait_exit(child: &mut Child, log: &std::path::Path, within: Duration) -> i32 {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            return status
-                .code()
-                .unwrap_or_else(|| panic!("kubectl drain killed:\n{text}"));
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("kubectl drain did not exit within {within:?}:\n{text}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn gone(client: &Client, ns: &str, name: &str) -> bool {
@@ -159,7 +111,7 @@ async fn kubectl_drain_waits_for_the_interceptor_then_evictord_evicts() {
     .await;
 
     // The interceptor heartbeats; the drain keeps waiting.
-    interceptor_write(&api, &uid, "db.example.com", |e| {
+    write_when_active(&api, &uid, "db.example.com", |e| {
         e.start_time = Some(now());
         e.heartbeat_time = Some(now());
         e.message = Some("moving data".into());
@@ -184,7 +136,7 @@ async fn kubectl_drain_waits_for_the_interceptor_then_evictord_evicts() {
         "{text}"
     );
 
-    interceptor_write(&api, &uid, "db.example.com", |e| {
+    write_when_active(&api, &uid, "db.example.com", |e| {
         e.completion_time = Some(now());
         e.message = Some("data moved".into());
     })
@@ -339,7 +291,7 @@ async fn raw_eviction_gets_429_and_the_pdb_still_decides_evictords_own_eviction(
 
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
     bridged_request(&api, &uid).await;
-    interceptor_write(&api, &uid, "db.example.com", |e| {
+    write_when_active(&api, &uid, "db.example.com", |e| {
         e.start_time = Some(now());
         e.completion_time = Some(now());
     })

@@ -1,0 +1,38 @@
+//! `kubectl evictord`: declarative drains with live progress, a drain preview, and
+//! EvictionRequests from the terminal. A thin shell: it reads and writes the cluster, asks
+//! `evictord::plugin` what to show, and draws it. Installed with
+//! `cargo install --path . --bin kubectl-evictord`; kubectl finds it on PATH.
+//!
+//! Exit codes: 0 done (drained, evicted, written); 1 the command failed; 2 set-up or usage
+//! (kubeconfig, CRDs missing, bad arguments); 3 timed out (the maintenance or request goes on);
+//! 130 interrupted by Ctrl-C (nothing was undone).
+#![forbid(unsafe_code)]
+
+mod cli;
+mod commands;
+mod connect;
+mod follow;
+mod read;
+mod requests;
+mod show;
+
+use clap::Parser;
+
+use cli::Cli;
+
+fn main() {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = runtime.block_on(commands::run(cli));
+    std::process::exit(code);
+}

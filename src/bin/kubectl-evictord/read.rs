@@ -1,0 +1,157 @@
+//! Reads of the cluster, each failure worded by `evictord::plugin::errors`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::{Api, Client};
+
+use evictord::api::{EvictionRequest, NodeMaintenance};
+use evictord::cluster::CachedPod;
+use evictord::plugin::blockers::Budget;
+use evictord::plugin::errors::{Access, api_error};
+use evictord::plugin::{Error, Result};
+
+/// Fails with "install the chart first" when the evictord.dev API is not served.
+pub async fn ensure_crds(client: &Client) -> Result<()> {
+    match client
+        .list_api_group_resources("evictord.dev/v1alpha1")
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::CrdsMissing),
+        Err(e) => Err(api_error(
+            Access::new("get", "the evictord.dev/v1alpha1 API"),
+            e,
+        )),
+    }
+}
+
+/// The named nodes, each of which must exist.
+pub async fn named_nodes(client: &Client, names: &[String]) -> Result<Vec<String>> {
+    let api: Api<Node> = Api::all(client.clone());
+    for n in names {
+        api.get(n)
+            .await
+            .map_err(|e| api_error(Access::new("get", "nodes").named(n), e))?;
+    }
+    Ok(names.to_vec())
+}
+
+/// The nodes a label selector matches; at least one.
+pub async fn selected_nodes(client: &Client, selector: &str) -> Result<Vec<String>> {
+    let api: Api<Node> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| api_error(Access::new("list", "nodes"), e))?;
+    let names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    if names.is_empty() {
+        return Err(Error::NoNodeMatches(selector.to_string()));
+    }
+    Ok(names)
+}
+
+/// Every node (the selectors of maintenances are evaluated against them).
+pub async fn all_nodes(client: &Client) -> Result<Vec<Arc<Node>>> {
+    let api: Api<Node> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(Access::new("list", "nodes"), e))?;
+    Ok(list.items.into_iter().map(Arc::new).collect())
+}
+
+/// The pods bound to these nodes, reduced as the controller's cache reduces them.
+pub async fn pods_on(client: &Client, nodes: &[String]) -> Result<Vec<CachedPod>> {
+    let api: Api<CachedPod> = Api::all(client.clone());
+    let mut pods = Vec::new();
+    for n in nodes {
+        let list = api
+            .list(&ListParams::default().fields(&format!("spec.nodeName={n}")))
+            .await
+            .map_err(|e| api_error(Access::new("list", "pods"), e))?;
+        pods.extend(list.items.into_iter().map(CachedPod::trim));
+    }
+    Ok(pods)
+}
+
+/// Every NodeMaintenance.
+pub async fn maintenances(client: &Client) -> Result<Vec<NodeMaintenance>> {
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(Access::new("list", "nodemaintenances.evictord.dev"), e))?;
+    Ok(list.items)
+}
+
+/// One NodeMaintenance.
+pub async fn maintenance(client: &Client, name: &str) -> Result<NodeMaintenance> {
+    Api::<NodeMaintenance>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| {
+            api_error(
+                Access::new("get", "nodemaintenances.evictord.dev").named(name),
+                e,
+            )
+        })
+}
+
+/// Every EvictionRequest.
+pub async fn requests(client: &Client) -> Result<Vec<EvictionRequest>> {
+    let api: Api<EvictionRequest> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(Access::new("list", "evictionrequests.evictord.dev"), e))?;
+    Ok(list.items)
+}
+
+fn pdb_resource(version: &str) -> ApiResource {
+    ApiResource {
+        group: "policy".into(),
+        version: version.into(),
+        api_version: format!("policy/{version}"),
+        kind: "PodDisruptionBudget".into(),
+        plural: "poddisruptionbudgets".into(),
+    }
+}
+
+/// The PodDisruptionBudgets of the pods' namespaces (policy/v1, else policy/v1beta1 on servers
+/// before 1.21).
+pub async fn budgets(client: &Client, pods: &[CachedPod]) -> Result<Vec<Budget>> {
+    let namespaces: BTreeSet<&str> = pods.iter().map(|p| p.namespace()).collect();
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let mut list = None;
+        for version in ["v1", "v1beta1"] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &pdb_resource(version));
+            match api.list(&ListParams::default()).await {
+                Ok(l) => {
+                    list = Some(l);
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(e) => {
+                    return Err(api_error(
+                        Access::new("list", "poddisruptionbudgets.policy").in_namespace(ns),
+                        e,
+                    ));
+                }
+            }
+        }
+        for pdb in list.into_iter().flat_map(|l| l.items) {
+            let v = serde_json::to_value(&pdb).unwrap_or_default();
+            out.push(Budget::from_json(ns, &v));
+        }
+    }
+    Ok(out)
+}

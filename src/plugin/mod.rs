@@ -1,0 +1,30 @@
+//! The pure core of the kubectl plugin `kubectl evictord`: what it shows, decided from objects
+//! it has read, with no client and no terminal. The binary (`src/bin/kubectl-evictord`) reads the
+//! cluster, calls these functions and draws their result.
+//!
+//! - [`preview`]: the drain preview of `plan` (and the pods `drain` expects to evict), computed
+//!   with the controller's own gathering and [`plan_drain`](crate::drain::plan_drain), so the
+//!   order shown is the order in which the controller asks pods to leave;
+//! - [`blockers`]: the words for what holds a drain or a request up, per pod and per node;
+//! - [`progress`]: one frame of a drain's progress (bar counts and blocker lines) and the plain
+//!   lines printed when there is no terminal;
+//! - [`report`]: what `plan` prints (pods, blocking budgets, covering maintenances);
+//! - [`requesting`]: the request `evict` creates and the requester lists it writes;
+//! - [`status`]: the rows of the `status` tables;
+//! - [`errors`]: the plugin's errors, and how API failures read to a person.
+
+pub mod blockers;
+pub mod errors;
+pub mod preview;
+pub mod progress;
+pub mod report;
+pub mod requesting;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
+
+pub use errors::{Error, Result};
+
+/// The requester name `kubectl evictord evict` uses unless told otherwise.
+pub const PLUGIN_REQUESTER: &str = "kubectl.evictord.dev";
