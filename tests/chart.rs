@@ -325,7 +325,10 @@ fn webhook_url_replaces_the_service() {
         None,
     ));
     let mut urls = Vec::new();
-    for doc in docs.iter().filter(|d| kind(d).ends_with("WebhookConfiguration")) {
+    for doc in docs
+        .iter()
+        .filter(|d| kind(d).ends_with("WebhookConfiguration"))
+    {
         for w in doc["webhooks"].as_sequence().unwrap() {
             assert!(w["clientConfig"]["service"].is_null(), "{w:?}");
             urls.push(w["clientConfig"]["url"].as_str().unwrap().to_string());
@@ -345,8 +348,16 @@ fn webhook_url_replaces_the_service() {
     std::fs::write(&values, "webhook:\n  url: http://127.0.0.1:8443\n").unwrap();
     let chart = chart().display().to_string();
     let v = values.display().to_string();
-    let out = run("helm", &["template", "x", &chart, "--values", &v], None, None);
-    assert!(!out.status.success(), "a plain-http webhook.url must be refused");
+    let out = run(
+        "helm",
+        &["template", "x", &chart, "--values", &v],
+        None,
+        None,
+    );
+    assert!(
+        !out.status.success(),
+        "a plain-http webhook.url must be refused"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/webhook/url"),
         "{}",
