@@ -26,8 +26,7 @@ use super::{Lookups, ReviewRequest, Settings, Verdict};
 use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
 
-/// Largest accepted request body (kube-apiserver's own limit is 3 MiB).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub use super::body::MAX_BODY_BYTES;
 
 /// A webhook: a resource and its pure functions.
 pub struct Webhook<K: 'static> {
@@ -391,7 +390,9 @@ where
     )
 }
 
-/// The body limit layer (413 beyond [`MAX_BODY_BYTES`], without buffering the rest).
+/// The body limit of the extractors: [`MAX_BODY_BYTES`]. The bodies reaching them were already
+/// read within that bound by [`super::body::bounded_body`], which answers oversized and slow
+/// bodies without resetting the connection.
 pub fn body_limit() -> DefaultBodyLimit {
     DefaultBodyLimit::max(MAX_BODY_BYTES)
 }

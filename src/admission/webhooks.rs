@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use super::body::bounded_body;
 use super::http::{AdmissionState, Webhook, body_limit, route};
 use super::registration::{
     PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
@@ -97,7 +98,7 @@ pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     needs_cluster: never,
 };
 
-/// The webhook router (POST routes, 3 MiB body limit).
+/// The webhook router (POST routes; bodies of at most 3 MiB, read within 10 s).
 pub fn router(state: Arc<AdmissionState>) -> Router {
     let r = Router::new();
     let r = route(
@@ -116,5 +117,7 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         PATH_VALIDATE_POD_EVICTIONS,
         axum::routing::post(pod_eviction::shell::handle),
     );
-    r.layer(body_limit()).with_state(state)
+    r.layer(body_limit())
+        .layer(axum::middleware::from_fn(bounded_body))
+        .with_state(state)
 }

@@ -11,6 +11,7 @@ pub mod evictord;
 pub mod fixtures;
 pub mod kubelet;
 pub mod surge;
+pub mod tls_client;
 pub mod tools;
 pub mod wait;
 
