@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e
+.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e chaos
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -80,3 +80,11 @@ e2e: image
 
 clean-certs:
 	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key
+
+## make chaos: the long fault tests on the real control plane, ignored by `make test`
+## (tests/chaos_drain.rs: the leader SIGKILLed in the middle of a 1000-pod drain); prints the
+## figures of README "Reliability". The short fault tests (webhook down: tests/webhook_down.rs;
+## hostile clients: tests/hostile_clients.rs) run in `make test`.
+chaos:
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
+	$(CARGO) test --locked --test chaos_drain -- --ignored --nocapture
