@@ -193,6 +193,28 @@ pub fn check_resource<K: kube::Resource>(
     Err(wrong_resource(webhook.resource, &req.resource.resource))
 }
 
+/// Refuses an AdmissionReview without the objects its operation always carries: kube-apiserver
+/// sends `object` on CREATE and UPDATE and `oldObject` on UPDATE and DELETE, so such a review did
+/// not come from it and no rule can be checked on it (an HTTP 400, like any malformed review,
+/// rather than a denial that could name no rule).
+///
+/// # Errors
+/// `BadRequest` naming the operation and the missing field.
+pub fn check_objects<K: kube::Resource>(req: &AdmissionRequest<K>) -> Result<(), HandlerError> {
+    let missing = match req.operation {
+        Operation::Create | Operation::Update if req.object.is_none() => Some("object"),
+        Operation::Update | Operation::Delete if req.old_object.is_none() => Some("oldObject"),
+        _ => None,
+    };
+    match missing {
+        Some(field) => Err(HandlerError::BadRequest(format!(
+            "the AdmissionReview of a {} carries no {field}; kube-apiserver always sends it",
+            operation_label(&req.operation)
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn wrong_resource(expected: &str, got: &str) -> HandlerError {
     HandlerError::BadRequest(format!(
         "this webhook reviews {expected}, got a request for {got:?}; check the webhook configuration's rules"
@@ -332,6 +354,7 @@ where
         })
         .and_then(|req| {
             check_resource(webhook, &req)?;
+            check_objects(&req)?;
             Ok(req)
         });
     let (operation, verdict, response) = match decoded {
