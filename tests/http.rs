@@ -389,9 +389,10 @@ async fn a_review_without_request_is_a_400() {
 }
 
 /// A review without the object its operation always carries did not come from kube-apiserver:
-/// HTTP 400, not a denial that could name no rule (found by fuzzing: `make fuzz`).
+/// HTTP 400, not a denial that could name no rule; so is a sub-resource the webhook is not
+/// registered for (both found by fuzzing: `make fuzz`).
 #[tokio::test]
-async fn a_review_without_the_objects_of_its_operation_is_a_400() {
+async fn a_review_without_its_objects_or_of_another_sub_resource_is_a_400() {
     let create = review(EVICTION_REQUEST).set("/request/object", Value::Null);
     post(EVICTION_REQUESTS, &create)
         .await
@@ -404,6 +405,16 @@ async fn a_review_without_the_objects_of_its_operation_is_a_400() {
     post(VALIDATE_NODE_MAINTENANCES, &delete)
         .await
         .assert_error(StatusCode::BAD_REQUEST, "DELETE carries no oldObject");
+    // A sub-resource the webhook is not registered for is a misconfiguration, like another
+    // resource.
+    let scale = review(EVICTION_REQUEST).set("/request/subResource", "statu");
+    post(EVICTION_REQUESTS, &scale)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "\"statu\" sub-resource");
+    let pod_status = review(POD).set("/request/subResource", "status");
+    post(PODS, &pod_status)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "\"status\" sub-resource");
 }
 
 /// A well-formed AdmissionReview whose object breaks the resource's schema is denied (HTTP 200,

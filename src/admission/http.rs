@@ -40,6 +40,8 @@ pub struct Webhook<K: 'static> {
     pub review: fn(&ReviewRequest<'_, K>, &dyn ClusterView, &Settings) -> Verdict,
     /// Whether the review reads the cluster at all (if not, it runs before the caches sync).
     pub needs_cluster: fn(&ReviewRequest<'_, K>) -> bool,
+    /// The sub-resources it is registered for besides the resource itself (`status`).
+    pub sub_resources: &'static [&'static str],
 }
 
 /// What the handler needs.
@@ -187,10 +189,18 @@ pub fn check_resource<K: kube::Resource>(
     webhook: &Webhook<K>,
     req: &AdmissionRequest<K>,
 ) -> Result<(), HandlerError> {
-    if req.resource.resource == webhook.resource {
-        return Ok(());
+    if req.resource.resource != webhook.resource {
+        return Err(wrong_resource(webhook.resource, &req.resource.resource));
     }
-    Err(wrong_resource(webhook.resource, &req.resource.resource))
+    match req.sub_resource.as_deref() {
+        None => Ok(()),
+        Some(sub) if webhook.sub_resources.contains(&sub) => Ok(()),
+        Some(sub) => Err(HandlerError::BadRequest(format!(
+            "this webhook reviews {} and {:?}, got a request for the {sub:?} sub-resource; check the \
+             webhook configuration's rules",
+            webhook.resource, webhook.sub_resources
+        ))),
+    }
 }
 
 /// Refuses an AdmissionReview without the objects its operation always carries: kube-apiserver

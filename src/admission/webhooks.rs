@@ -69,6 +69,7 @@ pub static VALIDATE_EVICTION_REQUESTS: Webhook<EvictionRequest> = Webhook {
     lookups: eviction_request_lookups,
     review: eviction_request::review_eviction_request,
     needs_cluster: always,
+    sub_resources: &["status"],
 };
 
 /// Validates the interceptor annotation of Pods (needs no cluster).
@@ -78,6 +79,7 @@ pub static VALIDATE_PODS: Webhook<CachedPod> = Webhook {
     lookups: no_lookups,
     review: |req, _view, settings| pod::review_pod(req, settings),
     needs_cluster: never,
+    sub_resources: &[],
 };
 
 /// Validates NodeMaintenances.
@@ -87,6 +89,7 @@ pub static VALIDATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     lookups: node_maintenance_lookups,
     review: node_maintenance::review_node_maintenance,
     needs_cluster: always,
+    sub_resources: &["status"],
 };
 
 /// Defaults NodeMaintenances on creation (needs no cluster).
@@ -96,6 +99,7 @@ pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     lookups: no_lookups,
     review: |req, _view, _settings| node_maintenance::mutate_node_maintenance(req),
     needs_cluster: never,
+    sub_resources: &[],
 };
 
 /// The webhook router (POST routes; bodies of at most 3 MiB, read within 10 s).
