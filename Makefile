@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e plugin plugin-screen
+.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -93,3 +93,37 @@ e2e: image
 
 clean-certs:
 	rm -f $(CERT_DIR)/*.crt $(CERT_DIR)/*.key
+
+## make fuzz: every fuzz target of fuzz/ under AFL++ (cargo-afl, stable toolchain; installed once by
+## tests/tools/fuzz-tools.sh) for FUZZ_SECONDS each, from the seed corpus fuzz/corpus/<target>/;
+## prints executions and crashes per target and in total, and fails on any crash (the crashing
+## inputs are under $(FUZZ_OUT)/<target>/default/crashes/). The instrumented build has its own
+## target directory. Knobs: FUZZ_SECONDS, FUZZ_TARGETS, FUZZ_OUT.
+FUZZ_SECONDS ?= 120
+FUZZ_TARGETS ?= eviction_requests pods validate_node_maintenances mutate_node_maintenances pod_evictions label_selectors node_selectors durations interceptor_lists certificates
+FUZZ_OUT ?= $${CARGO_TARGET_DIR:-target}/fuzz
+fuzz:
+	tests/tools/fuzz-tools.sh
+	CARGO_TARGET_DIR="$${CARGO_TARGET_DIR:-target}/afl" $(CARGO) afl build --release --locked -p evictord-fuzz --bin fuzz
+	@total=0; crashes=0; \
+	for t in $(FUZZ_TARGETS); do \
+	  out="$(FUZZ_OUT)/$$t"; rm -rf "$$out"; mkdir -p "$$out"; \
+	  AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_QUIET=1 \
+	    $(CARGO) afl fuzz -V $(FUZZ_SECONDS) -i fuzz/corpus/$$t -o "$$out" \
+	    -- "$${CARGO_TARGET_DIR:-target}/afl/release/fuzz" $$t > "$$out/afl.log" 2>&1 \
+	    || { tail -20 "$$out/afl.log"; exit 1; }; \
+	  stats="$$out/default/fuzzer_stats"; \
+	  n=$$(sed -n 's/^execs_done *: *//p' "$$stats"); c=$$(sed -n 's/^saved_crashes *: *//p' "$$stats"); \
+	  echo "fuzz $$t: $$n executions in $(FUZZ_SECONDS) s, $$c crashes"; \
+	  total=$$((total + n)); crashes=$$((crashes + c)); \
+	done; \
+	echo "fuzz total: $$total executions, $$crashes crashes"; \
+	test "$$crashes" -eq 0
+
+## make chaos: the long fault tests on the real control plane, ignored by `make test`
+## (tests/chaos_drain.rs: the leader SIGKILLed in the middle of a 1000-pod drain); prints the
+## figures of README "Reliability". The short fault tests (webhook down: tests/webhook_down.rs;
+## hostile clients: tests/hostile_clients.rs) run in `make test`.
+chaos:
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
+	$(CARGO) test --locked --test chaos_drain -- --ignored --nocapture

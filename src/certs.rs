@@ -56,7 +56,9 @@ impl TlsSource {
 /// read-only access to it.
 const GENERATED_LABEL: &str = "evictord.dev/generated";
 
-fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
+/// The bundle a certificate Secret holds (`ca.crt`, `tls.crt`, `tls.key`, and `ca.key` only in a
+/// Secret evictord generated); `None` when one of the first three is missing or not UTF-8.
+pub fn bundle_from_secret(secret: &Secret) -> Option<CertBundle> {
     let generated = secret
         .metadata
         .labels

@@ -16,3 +16,4 @@ pub mod selector;
 pub mod serve;
 pub mod telemetry;
 pub mod tls;
+pub mod webhook_server;

@@ -163,7 +163,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", args.webhook_addr))?;
     webhook_listener.set_nonblocking(true)?;
     info!(addr = %args.webhook_addr, "serving the admission webhook over HTTPS");
-    let server = axum_server::from_tcp_rustls(webhook_listener, rustls.clone())?
+    let server = crate::webhook_server::webhook_server(webhook_listener, rustls.clone())?
         .handle(handle.clone())
         .serve(app.into_make_service());
     let server_task = tokio::spawn(server);

@@ -10,6 +10,8 @@
 
 #[path = "data/fixture.rs"]
 mod fixture;
+#[path = "support/tls_client.rs"]
+mod tls_client;
 
 use std::sync::Arc;
 
@@ -386,6 +388,35 @@ async fn a_review_without_request_is_a_400() {
         .assert_error(StatusCode::BAD_REQUEST, "no request");
 }
 
+/// A review without the object its operation always carries did not come from kube-apiserver:
+/// HTTP 400, not a denial that could name no rule; so is a sub-resource the webhook is not
+/// registered for (both found by fuzzing: `make fuzz`).
+#[tokio::test]
+async fn a_review_without_its_objects_or_of_another_sub_resource_is_a_400() {
+    let create = review(EVICTION_REQUEST).set("/request/object", Value::Null);
+    post(EVICTION_REQUESTS, &create)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "CREATE carries no object");
+    let update = review(EVICTION_REQUEST).set("/request/operation", "UPDATE");
+    post(EVICTION_REQUESTS, &update)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "UPDATE carries no oldObject");
+    let delete = review(NODE_MAINTENANCE).set("/request/operation", "DELETE");
+    post(VALIDATE_NODE_MAINTENANCES, &delete)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "DELETE carries no oldObject");
+    // A sub-resource the webhook is not registered for is a misconfiguration, like another
+    // resource.
+    let scale = review(EVICTION_REQUEST).set("/request/subResource", "statu");
+    post(EVICTION_REQUESTS, &scale)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "\"statu\" sub-resource");
+    let pod_status = review(POD).set("/request/subResource", "status");
+    post(PODS, &pod_status)
+        .await
+        .assert_error(StatusCode::BAD_REQUEST, "\"status\" sub-resource");
+}
+
 /// A well-formed AdmissionReview whose object breaks the resource's schema is denied (HTTP 200,
 /// the request's uid, a message naming the field, the value and what is allowed) — never
 /// allowed, and never a 400, which kube-apiserver shows as "rejected our request for an unknown
@@ -457,19 +488,16 @@ async fn only_post_on_the_four_routes() {
 // --- HTTPS ---------------------------------------------------------------------------------
 
 mod https {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use axum_server::tls_rustls::RustlsConfig;
-    use rustls::pki_types::ServerName;
-    use rustls::pki_types::pem::PemObject;
-    use rustls::{ClientConfig, RootCertStore};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio_rustls::TlsConnector;
+    use tokio::io::AsyncWriteExt;
 
+    use super::tls_client::{client, connect, post_head, post_tls, read_response};
     use super::*;
 
-    /// Serves the offline router over HTTPS on an ephemeral port, as `evictord serve` does.
+    /// Serves the offline router over HTTPS on an ephemeral port with the server `evictord
+    /// serve` runs.
     async fn serve(
         bundle: &evictord::tls::CertBundle,
     ) -> (
@@ -481,7 +509,7 @@ mod https {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let handle = axum_server::Handle::new();
-        let server = axum_server::from_tcp_rustls(listener, config)
+        let server = evictord::webhook_server::webhook_server(listener, config)
             .unwrap()
             .handle(handle.clone())
             .serve(offline_router().into_make_service());
@@ -489,58 +517,53 @@ mod https {
         (addr, handle)
     }
 
-    fn client(ca_pem: &str) -> TlsConnector {
-        let mut roots = RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let config =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        TlsConnector::from(Arc::new(config))
+    fn bundle() -> evictord::tls::CertBundle {
+        let names = evictord::tls::serving_names(Some("evictord"), Some("evictord-system"));
+        evictord::tls::generate(&names, Duration::from_secs(3600), jiff::Timestamp::now()).unwrap()
     }
 
-    /// One HTTP/1.1 POST over TLS; returns the status code and the body.
-    async fn post_tls(
-        connector: &TlsConnector,
-        addr: std::net::SocketAddr,
-        server_name: &str,
-        path: &str,
-        body: &[u8],
-    ) -> std::io::Result<(u16, String)> {
-        let tcp = tokio::net::TcpStream::connect(addr).await?;
-        let name = ServerName::try_from(server_name.to_string()).unwrap();
-        let mut tls = connector.connect(name, tcp).await?;
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {server_name}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        tls.write_all(head.as_bytes()).await?;
-        tls.write_all(body).await?;
-        tls.flush().await?;
-        let mut raw = Vec::new();
-        // A server may close without close_notify after `Connection: close`; what was read counts.
-        let _ = tls.read_to_end(&mut raw).await;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        Ok((status, body.to_string()))
+    /// An 8 MiB body over TLS is answered with 413 (the client reads the answer, no reset), and
+    /// the connection stays usable: the next review on it is answered.
+    #[tokio::test]
+    async fn an_8_mib_body_over_tls_is_answered_413_not_reset() {
+        let bundle = bundle();
+        let (addr, handle) = serve(&bundle).await;
+        let connector = client(&bundle.ca_pem);
+        let big = vec![b'x'; 8 * 1024 * 1024];
+        for _ in 0..3 {
+            let (status, body) = post_tls(&connector, addr, "localhost", PODS, &big)
+                .await
+                .expect("connected");
+            assert_eq!(
+                status, 413,
+                "the client must read the 413, got {status}: {body:?}"
+            );
+            assert!(body.contains("larger than"), "{body}");
+        }
+
+        // Kept alive: 413 for the big body, then an ordinary review on the same connection.
+        let mut tls = connect(&connector, addr, "localhost").await.unwrap();
+        tls.write_all(post_head(PODS, Some(JSON), big.len(), false).as_bytes())
+            .await
+            .unwrap();
+        tls.write_all(&big).await.unwrap();
+        let (status, _) = read_response(&mut tls).await.unwrap();
+        assert_eq!(status, 413);
+        let fixture = review(POD).json();
+        tls.write_all(post_head(PODS, Some(JSON), fixture.len(), false).as_bytes())
+            .await
+            .unwrap();
+        tls.write_all(&fixture).await.unwrap();
+        let (status, body) = read_response(&mut tls).await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("rule P2"), "{body}");
+        handle.shutdown();
     }
 
     #[tokio::test]
     async fn reviews_are_answered_over_tls_with_the_generated_ca() {
         let names = evictord::tls::serving_names(Some("evictord"), Some("evictord-system"));
-        let bundle =
-            evictord::tls::generate(&names, Duration::from_secs(3600), jiff::Timestamp::now())
-                .unwrap();
+        let bundle = bundle();
         let (addr, handle) = serve(&bundle).await;
         let connector = client(&bundle.ca_pem);
 

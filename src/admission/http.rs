@@ -26,8 +26,7 @@ use super::{Lookups, ReviewRequest, Settings, Verdict};
 use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
 
-/// Largest accepted request body (kube-apiserver's own limit is 3 MiB).
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub use super::body::MAX_BODY_BYTES;
 
 /// A webhook: a resource and its pure functions.
 pub struct Webhook<K: 'static> {
@@ -41,6 +40,8 @@ pub struct Webhook<K: 'static> {
     pub review: fn(&ReviewRequest<'_, K>, &dyn ClusterView, &Settings) -> Verdict,
     /// Whether the review reads the cluster at all (if not, it runs before the caches sync).
     pub needs_cluster: fn(&ReviewRequest<'_, K>) -> bool,
+    /// The sub-resources it is registered for besides the resource itself (`status`).
+    pub sub_resources: &'static [&'static str],
 }
 
 /// What the handler needs.
@@ -188,10 +189,40 @@ pub fn check_resource<K: kube::Resource>(
     webhook: &Webhook<K>,
     req: &AdmissionRequest<K>,
 ) -> Result<(), HandlerError> {
-    if req.resource.resource == webhook.resource {
-        return Ok(());
+    if req.resource.resource != webhook.resource {
+        return Err(wrong_resource(webhook.resource, &req.resource.resource));
     }
-    Err(wrong_resource(webhook.resource, &req.resource.resource))
+    match req.sub_resource.as_deref() {
+        None => Ok(()),
+        Some(sub) if webhook.sub_resources.contains(&sub) => Ok(()),
+        Some(sub) => Err(HandlerError::BadRequest(format!(
+            "this webhook reviews {} and {:?}, got a request for the {sub:?} sub-resource; check the \
+             webhook configuration's rules",
+            webhook.resource, webhook.sub_resources
+        ))),
+    }
+}
+
+/// Refuses an AdmissionReview without the objects its operation always carries: kube-apiserver
+/// sends `object` on CREATE and UPDATE and `oldObject` on UPDATE and DELETE, so such a review did
+/// not come from it and no rule can be checked on it (an HTTP 400, like any malformed review,
+/// rather than a denial that could name no rule).
+///
+/// # Errors
+/// `BadRequest` naming the operation and the missing field.
+pub fn check_objects<K: kube::Resource>(req: &AdmissionRequest<K>) -> Result<(), HandlerError> {
+    let missing = match req.operation {
+        Operation::Create | Operation::Update if req.object.is_none() => Some("object"),
+        Operation::Update | Operation::Delete if req.old_object.is_none() => Some("oldObject"),
+        _ => None,
+    };
+    match missing {
+        Some(field) => Err(HandlerError::BadRequest(format!(
+            "the AdmissionReview of a {} carries no {field}; kube-apiserver always sends it",
+            operation_label(&req.operation)
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn wrong_resource(expected: &str, got: &str) -> HandlerError {
@@ -333,6 +364,7 @@ where
         })
         .and_then(|req| {
             check_resource(webhook, &req)?;
+            check_objects(&req)?;
             Ok(req)
         });
     let (operation, verdict, response) = match decoded {
@@ -391,7 +423,9 @@ where
     )
 }
 
-/// The body limit layer (413 beyond [`MAX_BODY_BYTES`], without buffering the rest).
+/// The body limit of the extractors: [`MAX_BODY_BYTES`]. The bodies reaching them were already
+/// read within that bound by [`super::body::bounded_body`], which answers oversized and slow
+/// bodies without resetting the connection.
 pub fn body_limit() -> DefaultBodyLimit {
     DefaultBodyLimit::max(MAX_BODY_BYTES)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use super::body::bounded_body;
 use super::http::{AdmissionState, Webhook, body_limit, route};
 use super::registration::{
     PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
@@ -68,6 +69,7 @@ pub static VALIDATE_EVICTION_REQUESTS: Webhook<EvictionRequest> = Webhook {
     lookups: eviction_request_lookups,
     review: eviction_request::review_eviction_request,
     needs_cluster: always,
+    sub_resources: &["status"],
 };
 
 /// Validates the interceptor annotation of Pods (needs no cluster).
@@ -77,6 +79,7 @@ pub static VALIDATE_PODS: Webhook<CachedPod> = Webhook {
     lookups: no_lookups,
     review: |req, _view, settings| pod::review_pod(req, settings),
     needs_cluster: never,
+    sub_resources: &[],
 };
 
 /// Validates NodeMaintenances.
@@ -86,6 +89,7 @@ pub static VALIDATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     lookups: node_maintenance_lookups,
     review: node_maintenance::review_node_maintenance,
     needs_cluster: always,
+    sub_resources: &["status"],
 };
 
 /// Defaults NodeMaintenances on creation (needs no cluster).
@@ -95,9 +99,10 @@ pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     lookups: no_lookups,
     review: |req, _view, _settings| node_maintenance::mutate_node_maintenance(req),
     needs_cluster: never,
+    sub_resources: &[],
 };
 
-/// The webhook router (POST routes, 3 MiB body limit).
+/// The webhook router (POST routes; bodies of at most 3 MiB, read within 10 s).
 pub fn router(state: Arc<AdmissionState>) -> Router {
     let r = Router::new();
     let r = route(
@@ -116,5 +121,7 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         PATH_VALIDATE_POD_EVICTIONS,
         axum::routing::post(pod_eviction::shell::handle),
     );
-    r.layer(body_limit()).with_state(state)
+    r.layer(body_limit())
+        .layer(axum::middleware::from_fn(bounded_body))
+        .with_state(state)
 }

@@ -95,6 +95,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             recorder: Recorder::new(client.clone(), reporter()),
             eviction: Default::default(),
             own_writes: Default::default(),
+            evicted_pods: Default::default(),
         });
         info!("starting the eviction request controller");
         tasks.push(tokio::spawn(eviction_request::reconciler::run(

@@ -15,6 +15,8 @@ mod fixtures;
 #[cfg(test)]
 mod kep_examples;
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

@@ -14,6 +14,7 @@ pub mod kubelet;
 pub mod plugin;
 pub mod process;
 pub mod surge;
+pub mod tls_client;
 pub mod tools;
 pub mod wait;
 

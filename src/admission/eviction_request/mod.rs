@@ -22,6 +22,8 @@ mod update;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
+#[cfg(test)]
+mod properties;
 
 use kube::core::admission::Operation;
 

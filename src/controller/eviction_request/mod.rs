@@ -28,6 +28,8 @@ pub mod retention;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod walk;
 
 pub use backoff::{backoff, next_attempt_at};

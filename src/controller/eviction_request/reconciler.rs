@@ -62,6 +62,11 @@ pub struct Context {
     pub eviction: EvictionApi,
     /// Writes of this controller the cache has not shown yet.
     pub own_writes: OwnWrites,
+    /// Pods this controller evicted (by `namespace/name`, the version it saw before the
+    /// eviction) whose eviction the pod cache has not shown yet: a reconcile in between (the
+    /// watch event of the request's own status write often comes first) would decide on the
+    /// old pod and call the Eviction API a second time, for a pod already gone.
+    pub evicted_pods: OwnWrites,
 }
 
 /// How long a reconcile that found the cache behind its own write waits at most: the watch
@@ -150,6 +155,16 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
     let pod = ctx.caches.pods.get(Some(&ns), &req.spec.target.pod.name);
+    let pod_key = format!("{ns}/{}", req.spec.target.pod.name);
+    let pod_version = pod
+        .as_ref()
+        .and_then(|p| p.metadata.resource_version.clone());
+    if ctx.evicted_pods.behind(&pod_key, pod_version.as_deref()) {
+        debug!(
+            "the cache still shows the pod from before our eviction; waiting for its watch event"
+        );
+        return Ok(Requeue::requeue(CACHE_CATCH_UP));
+    }
     let decision = decide(&req, pod.as_deref(), now, &ctx.settings);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
     if let BridgedRequester::ExpiresIn(left) = bridged {
@@ -165,6 +180,9 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
     }) = &decision.action
     {
         let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
+        if outcome == super::EvictionOutcome::Evicted {
+            ctx.evicted_pods.record(&pod_key, pod_version.as_deref());
+        }
         let result = match &outcome {
             super::EvictionOutcome::Evicted => "success",
             super::EvictionOutcome::PodGone => "pod_gone",
@@ -363,6 +381,10 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
         ctx.own_writes.retain(|key| {
             key.split_once('/')
                 .is_some_and(|(ns, name)| caches.eviction_requests.get(Some(ns), name).is_some())
+        });
+        ctx.evicted_pods.retain(|key| {
+            key.split_once('/')
+                .is_some_and(|(ns, name)| caches.pods.get(Some(ns), name).is_some())
         });
         tokio::select! {
             _ = shutdown.cancelled() => return,
