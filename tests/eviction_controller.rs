@@ -6,13 +6,13 @@ mod support;
 
 use std::time::Duration;
 
-use evictord::api::{EvictionRequest, EvictionRequestStatus, InterceptorStatus};
+use evictord::api::{EvictionRequest, EvictionRequestStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::fixtures::{create_eviction_request, pod};
+use support::interceptor::{now, write_entry};
 use support::wait::until;
 
 const T: Duration = Duration::from_secs(60);
@@ -56,38 +56,6 @@ async fn pod_gone(client: &Client, ns: &str, name: &str) {
         pods.get_opt(name).await.unwrap().is_none().then_some(())
     })
     .await;
-}
-
-/// Writes an interceptor's own status entry, as an interceptor would (read, modify, write with
-/// the resourceVersion; retried on conflicts with the controller).
-async fn interceptor_write(
-    api: &Api<EvictionRequest>,
-    name: &str,
-    interceptor: &str,
-    edit: impl Fn(&mut InterceptorStatus),
-) {
-    for _ in 0..20 {
-        let mut obj = api.get(name).await.unwrap();
-        let mut s = obj.status.clone().unwrap_or_default();
-        let entry = s
-            .interceptors
-            .iter_mut()
-            .find(|i| i.name == interceptor)
-            .expect("interceptor entry");
-        edit(entry);
-        obj.status = Some(s);
-        obj.metadata.managed_fields = None;
-        match api.replace_status(name, &PostParams::default(), &obj).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => panic!("interceptor {interceptor} status write failed: {e}"),
-        }
-    }
-    panic!("interceptor {interceptor}: too many conflicts");
-}
-
-fn now() -> Time {
-    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap())
 }
 
 #[tokio::test]
@@ -142,18 +110,18 @@ async fn interceptors_hand_off_on_completion_and_on_silence() {
     })
     .await;
     // The first interceptor starts, heartbeats, then completes.
-    interceptor_write(&api, &uid, "first.example.com", |e| {
+    write_entry(&api, &uid, "first.example.com", |e| {
         e.start_time = Some(now());
         e.heartbeat_time = Some(now());
         e.message = Some("surging a replacement".into());
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    interceptor_write(&api, &uid, "first.example.com", |e| {
+    write_entry(&api, &uid, "first.example.com", |e| {
         e.heartbeat_time = Some(now())
     })
     .await;
-    interceptor_write(&api, &uid, "first.example.com", |e| {
+    write_entry(&api, &uid, "first.example.com", |e| {
         e.completion_time = Some(now())
     })
     .await;

@@ -7,15 +7,15 @@ mod support;
 
 use std::time::Duration;
 
-use evictord::api::{EvictionRequest, EvictionRequestStatus, InterceptorStatus};
+use evictord::api::{EvictionRequest, EvictionRequestStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 use support::Evictord;
 use support::evictord::{install_crds, metric_sum};
 use support::fixtures::pod;
+use support::interceptor::{now, write_entry};
 use support::wait::until;
 
 const T: Duration = Duration::from_secs(60);
@@ -52,37 +52,6 @@ async fn status(api: &Api<EvictionRequest>, name: &str) -> EvictionRequestStatus
     api.get(name).await.expect("get").status.unwrap_or_default()
 }
 
-fn now() -> Time {
-    Time(jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap())
-}
-
-/// Writes an interceptor's own status entry (read, modify, write with the resourceVersion).
-async fn interceptor_write(
-    api: &Api<EvictionRequest>,
-    name: &str,
-    interceptor: &str,
-    edit: impl Fn(&mut InterceptorStatus),
-) {
-    for _ in 0..20 {
-        let mut obj = api.get(name).await.unwrap();
-        let mut s = obj.status.clone().unwrap_or_default();
-        let entry = s
-            .interceptors
-            .iter_mut()
-            .find(|i| i.name == interceptor)
-            .expect("interceptor entry");
-        edit(entry);
-        obj.status = Some(s);
-        obj.metadata.managed_fields = None;
-        match api.replace_status(name, &PostParams::default(), &obj).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => panic!("interceptor {interceptor} status write failed: {e}"),
-        }
-    }
-    panic!("interceptor {interceptor}: too many conflicts");
-}
-
 #[tokio::test]
 async fn metrics_after_an_eviction_through_two_interceptors() {
     let c = support::cluster().await;
@@ -113,7 +82,7 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
             (status(&api, &uid).await.active_interceptors == [interceptor]).then_some(())
         })
         .await;
-        interceptor_write(&api, &uid, interceptor, |s| s.start_time = Some(now())).await;
+        write_entry(&api, &uid, interceptor, |s| s.start_time = Some(now())).await;
         if interceptor == a {
             // The gauges are recomputed every 10 s: heartbeat (6 s deadline) until they show
             // the open request.
@@ -125,7 +94,7 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
                     during = text;
                     break;
                 }
-                interceptor_write(&api, &uid, a, |s| s.heartbeat_time = Some(now())).await;
+                write_entry(&api, &uid, a, |s| s.heartbeat_time = Some(now())).await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
             let m = |series: &str| metric_sum(&during, series);
@@ -141,7 +110,7 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
                 "{during}"
             );
         }
-        interceptor_write(&api, &uid, interceptor, |s| s.completion_time = Some(now())).await;
+        write_entry(&api, &uid, interceptor, |s| s.completion_time = Some(now())).await;
     }
     until(T, "Evicted=True", || async {
         status(&api, &uid).await.is_true("Evicted").then_some(())

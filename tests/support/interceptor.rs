@@ -43,3 +43,31 @@ pub async fn write_when_active(
     }
     panic!("interceptor {name} never became active, or too many conflicts");
 }
+
+/// Writes interceptor `name`'s own status entry now, as an interceptor would (read, modify,
+/// write with the resourceVersion; retried on conflicts with the controller). The entry must exist.
+pub async fn write_entry(
+    api: &Api<EvictionRequest>,
+    uid: &str,
+    name: &str,
+    edit: impl Fn(&mut InterceptorStatus),
+) {
+    for _ in 0..20 {
+        let mut obj = api.get(uid).await.unwrap();
+        let mut s = obj.status.clone().unwrap_or_default();
+        let entry = s
+            .interceptors
+            .iter_mut()
+            .find(|i| i.name == name)
+            .expect("interceptor entry");
+        edit(entry);
+        obj.status = Some(s);
+        obj.metadata.managed_fields = None;
+        match api.replace_status(uid, &PostParams::default(), &obj).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("interceptor {name} status write failed: {e}"),
+        }
+    }
+    panic!("interceptor {name}: too many conflicts");
+}
