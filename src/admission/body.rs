@@ -141,7 +141,19 @@ pub async fn bounded_body(request: Request, next: Next) -> Response {
                 .await
         }
         Ok(Err(e)) => e.into_response(),
-        Err(_) => BodyError::Timeout.into_response(),
+        Err(_) => timed_out(declared).into_response(),
+    }
+}
+
+/// What a body that did not arrive in time is answered with: 413 when its Content-Length already
+/// says it is too large (the time bound only ended the discarding, the size is what the client
+/// must hear), else 408.
+fn timed_out(declared: Option<u64>) -> BodyError {
+    match declared {
+        Some(n) if usize::try_from(n).map_or(true, |n| n > MAX_BODY_BYTES) => {
+            BodyError::TooLarge { drained: false }
+        }
+        _ => BodyError::Timeout,
     }
 }
 
@@ -153,6 +165,17 @@ mod tests {
         let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
             sizes.iter().map(|&n| Ok(vec![b'x'; n])).collect();
         Body::from_stream(futures::stream::iter(chunks))
+    }
+
+    #[test]
+    fn a_timed_out_body_declared_too_large_is_answered_413() {
+        let over = u64::try_from(MAX_BODY_BYTES).unwrap() + 1;
+        assert_eq!(
+            timed_out(Some(over)),
+            BodyError::TooLarge { drained: false }
+        );
+        assert_eq!(timed_out(Some(10)), BodyError::Timeout);
+        assert_eq!(timed_out(None), BodyError::Timeout);
     }
 
     #[tokio::test]
