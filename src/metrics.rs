@@ -84,6 +84,8 @@ pub struct Metrics {
     pub eviction_api_requesters_expired: Counter,
     /// Ended EvictionRequests deleted after their retention.
     pub ended_requests_deleted: Counter,
+    /// Events dropped because their queue was full (kube-apiserver slower than the controllers).
+    pub events_dropped: Counter,
     /// API-initiated evictions by result.
     pub imperative_evictions: Family<ResultLabel, Counter>,
     /// Requests whose active interceptor is this one.
@@ -134,6 +136,7 @@ impl Metrics {
             eviction_api_calls: Family::default(),
             eviction_api_requesters_expired: Counter::default(),
             ended_requests_deleted: Counter::default(),
+            events_dropped: Counter::default(),
             imperative_evictions: Family::default(),
             active_interceptor: Family::default(),
             processed_interceptor: Family::default(),
@@ -172,6 +175,11 @@ impl Metrics {
             "evictord_eviction_api_requesters_expired",
             "Bridged requesters removed after the TTL without a call",
             m.eviction_api_requesters_expired.clone(),
+        );
+        r.register(
+            "evictord_events_dropped",
+            "Events not recorded because their queue was full (kube-apiserver slower than the controllers)",
+            m.events_dropped.clone(),
         );
         r.register(
             "evictionrequest_controller_ended_requests_deleted",

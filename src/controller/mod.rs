@@ -3,6 +3,7 @@
 //! applies the decision (status patch, eviction call, events, requeue). They run on the elected
 //! leader only when leader election is on.
 
+pub mod events;
 pub mod eviction_api;
 pub mod eviction_request;
 mod leader;
@@ -13,6 +14,8 @@ use std::sync::Arc;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+
+use self::events::EventQueue;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -78,6 +81,7 @@ pub async fn run(
 /// Starts the enabled controllers and waits for them to stop (on `term`).
 async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: CancellationToken) {
     let mut tasks = Vec::new();
+    let events = EventQueue::start(Recorder::new(client.clone(), reporter()));
     if args.controller_enabled("evictionrequest") {
         let ctx = Arc::new(eviction_request::reconciler::Context {
             client: client.clone(),
@@ -92,7 +96,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 ended_request_retention: args.ended_request_retention,
                 ..Default::default()
             },
-            recorder: Recorder::new(client.clone(), reporter()),
+            events: events.clone(),
             eviction: Default::default(),
             own_writes: Default::default(),
             evicted_pods: Default::default(),
@@ -131,4 +135,6 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
     for t in tasks {
         let _ = t.await;
     }
+    // The controllers stopped (and dropped their clones): write what they queued.
+    events.flush().await;
 }

@@ -10,12 +10,14 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use kube::runtime::events::{Event, EventType as KubeEventType};
+
+use crate::controller::events::EventQueue;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, info_span};
 
 use super::{
     Action, BridgedRequester, DecideSettings, Decision, EventType, Retention, after_eviction,
@@ -56,8 +58,8 @@ pub struct Context {
     pub caches: Arc<Caches>,
     /// Decision settings.
     pub settings: DecideSettings,
-    /// Event recorder.
-    pub recorder: Recorder,
+    /// Events, written off the reconcile path.
+    pub events: EventQueue,
     /// Eviction API (version discovered once).
     pub eviction: EvictionApi,
     /// Writes of this controller the cache has not shown yet.
@@ -264,9 +266,7 @@ async fn expire_bridged_requester(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&event, &written.object_ref(&())).await {
-        warn!(error = %err, "could not record event");
-    }
+    ctx.events.publish(event, written.object_ref(&()));
     Ok(())
 }
 
@@ -340,9 +340,7 @@ async fn apply(
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(err) = ctx.recorder.publish(&event, &reference).await {
-            warn!(error = %err, reason = e.reason, "could not record event");
-        }
+        ctx.events.publish(event, reference.clone());
     }
     Ok((current, d.requeue_after))
 }
