@@ -9,6 +9,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 
 type Labels = BTreeMap<String, String>;
 
+/// Where label values are looked up: a label map, or a cached pod's labels.
+pub trait LabelSource {
+    /// The value of `key`, if the label is set.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSource for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// True when the node (by name and labels) matches any term of the selector. A selector without
 /// terms matches nothing, as in kube-apiserver.
 pub fn node_selector_matches(selector: &NodeSelector, node_name: &str, labels: &Labels) -> bool {
@@ -137,12 +149,12 @@ fn validate_node_requirement(r: &NodeSelectorRequirement, path: &str, field: boo
 
 /// True when the labels match the selector. An empty selector matches everything; a selector
 /// with an invalid operator matches nothing (validation reports it).
-pub fn label_selector_matches(selector: &LabelSelector, labels: &Labels) -> bool {
+pub fn label_selector_matches(selector: &LabelSelector, labels: &impl LabelSource) -> bool {
     selector
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v))
+        .all(|(k, v)| labels.label(k) == Some(v.as_str()))
         && selector
             .match_expressions
             .iter()
@@ -150,12 +162,12 @@ pub fn label_selector_matches(selector: &LabelSelector, labels: &Labels) -> bool
             .all(|r| label_requirement_matches(r, labels))
 }
 
-fn label_requirement_matches(r: &LabelSelectorRequirement, labels: &Labels) -> bool {
+fn label_requirement_matches(r: &LabelSelectorRequirement, labels: &impl LabelSource) -> bool {
     let values = r.values.as_deref().unwrap_or_default();
-    let value = labels.get(&r.key);
+    let value = labels.label(&r.key);
     match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         _ => false,

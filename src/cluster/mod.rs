@@ -11,5 +11,5 @@ mod view;
 pub use authz::Authorizer;
 pub use cache::{Caches, Watched};
 pub use live::{LiveContext, LiveView, prepare};
-pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, pod_type};
+pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
 pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, StaticView};

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::NamespaceResourceScope;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -23,6 +23,136 @@ pub struct CachedPod {
     /// Phase.
     #[serde(default)]
     pub status: CachedPodStatus,
+    /// The labels once trimmed ([`CachedPod::trim`] moves them out of `metadata.labels`).
+    #[serde(skip)]
+    pub compact_labels: CompactLabels,
+}
+
+/// Labels stored in two allocations whatever their number: the keys and values back to back in
+/// one string, and where each ends. A `BTreeMap<String, String>` allocates a node sized for
+/// eleven pairs even for one label (over 500 bytes) plus two strings per pair; in the pod cache,
+/// with hundreds of thousands of pods, that was a quarter of each pod's footprint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactLabels {
+    /// `key0 value0 key1 value1 …`, without separators, pairs sorted by key.
+    text: Box<str>,
+    /// End of each key and value in `text`.
+    ends: Box<[u32]>,
+}
+
+impl CompactLabels {
+    /// The labels of `map`, in its (key) order.
+    pub fn from_map(map: BTreeMap<String, String>) -> Self {
+        let len: usize = map.iter().map(|(k, v)| k.len() + v.len()).sum();
+        // Offsets are u32: labels of one object are far below 4 GiB (kube-apiserver caps the
+        // metadata at 256 KiB); should that ever not hold, keep nothing rather than wrong pairs.
+        if u32::try_from(len).is_err() {
+            return Self::default();
+        }
+        let mut text = String::with_capacity(len);
+        let mut ends = Vec::with_capacity(map.len() * 2);
+        for (k, v) in &map {
+            text.push_str(k);
+            ends.push(text.len() as u32);
+            text.push_str(v);
+            ends.push(text.len() as u32);
+        }
+        Self {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.ends.len() / 2
+    }
+
+    /// True when there is no label.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`th pair in key order.
+    fn pair(&self, i: usize) -> (&str, &str) {
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends[2 * i - 1] as usize
+        };
+        let key_end = self.ends[2 * i] as usize;
+        let end = self.ends[2 * i + 1] as usize;
+        (&self.text[start..key_end], &self.text[key_end..end])
+    }
+
+    /// Every pair, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        (0..self.len()).map(|i| self.pair(i))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, v) = self.pair(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Equal => return Some(v),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+}
+
+/// The labels of a pod, wherever they are kept (see [`CachedPod::labels`]); iteration is in key
+/// order either way.
+#[derive(Clone, Copy, Debug)]
+pub enum PodLabels<'a> {
+    /// An untrimmed pod's `metadata.labels`.
+    Map(&'a BTreeMap<String, String>),
+    /// A trimmed pod's [`CompactLabels`].
+    Compact(&'a CompactLabels),
+}
+
+impl<'a> PodLabels<'a> {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        match *self {
+            PodLabels::Map(m) => m.get(key).map(String::as_str),
+            PodLabels::Compact(c) => c.get(key),
+        }
+    }
+
+    /// Every pair, in key order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&'a str, &'a str)> + 'a> {
+        match *self {
+            PodLabels::Map(m) => Box::new(m.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            PodLabels::Compact(c) => Box::new(c.iter()),
+        }
+    }
+
+    /// True when there is no label.
+    pub fn is_empty(&self) -> bool {
+        match *self {
+            PodLabels::Map(m) => m.is_empty(),
+            PodLabels::Compact(c) => c.is_empty(),
+        }
+    }
+
+    /// The labels as a map.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+impl crate::selector::LabelSource for PodLabels<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
 }
 
 /// The parts of the pod spec decisions need.
@@ -121,11 +251,21 @@ impl CachedPod {
             m.annotations = (!kept.is_empty()).then_some(kept);
         }
         if let Some(owners) = m.owner_references.take() {
+            // The controller's kind and name are read (DaemonSet pods, the plugin's table).
             let kept: Vec<_> = owners
                 .into_iter()
                 .filter(|o| o.controller == Some(true))
+                .map(|o| OwnerReference {
+                    kind: o.kind,
+                    name: o.name,
+                    controller: o.controller,
+                    ..Default::default()
+                })
                 .collect();
             m.owner_references = (!kept.is_empty()).then_some(kept);
+        }
+        if let Some(labels) = m.labels.take() {
+            self.compact_labels = CompactLabels::from_map(labels);
         }
         self.spec.workload_ref |= self.spec.scheduling_group;
     }
@@ -145,10 +285,12 @@ impl CachedPod {
         self.metadata.uid.as_deref().unwrap_or_default()
     }
 
-    /// Labels of the pod.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    /// Labels of the pod: `metadata.labels` until trimmed, then the compact copy.
+    pub fn labels(&self) -> PodLabels<'_> {
+        match &self.metadata.labels {
+            Some(map) => PodLabels::Map(map),
+            None => PodLabels::Compact(&self.compact_labels),
+        }
     }
 
     /// The raw interceptor annotation, if any.
@@ -245,6 +387,61 @@ mod tests {
         assert!(pod.is_daemonset_pod() && pod.in_workload() && !pod.is_terminal());
         assert_eq!(pod_type(&pod), PodType::DaemonSet);
         assert_eq!(pod.priority(), 7);
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("DaemonSet", "ds")
+        );
+    }
+
+    #[test]
+    fn labels_read_the_same_before_and_after_trimming() {
+        let mut pod = CachedPod::default();
+        pod.metadata.labels = Some(
+            [("tier", "web"), ("app", "shop"), ("b", "")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+        );
+        let before = pod.labels().to_map();
+        let trimmed = pod.clone().trim();
+        assert!(trimmed.metadata.labels.is_none(), "moved out of metadata");
+        let after = trimmed.labels();
+        assert_eq!(after.to_map(), before);
+        assert_eq!(
+            after.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["app", "b", "tier"]
+        );
+        for key in ["app", "b", "tier", "zzz", "", "a"] {
+            assert_eq!(after.get(key), pod.labels().get(key), "{key}");
+        }
+        assert!(CachedPod::default().trim().labels().is_empty());
+        // Empty keys and values, one label, many labels.
+        for n in [1usize, 2, 7, 40] {
+            let map: BTreeMap<String, String> = (0..n)
+                .map(|i| {
+                    (
+                        format!("k{i:02}"),
+                        if i % 3 == 0 {
+                            String::new()
+                        } else {
+                            format!("v{i}")
+                        },
+                    )
+                })
+                .collect();
+            let c = CompactLabels::from_map(map.clone());
+            assert_eq!(c.len(), n);
+            let back: BTreeMap<String, String> = c
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(back, map);
+            for (k, v) in &map {
+                assert_eq!(c.get(k), Some(v.as_str()));
+            }
+            assert_eq!(c.get("k"), None);
+            assert_eq!(c.get("zz"), None);
+        }
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl DrainPod {
             uid: pod.uid().to_string(),
             pod_type,
             priority: pod.priority(),
-            labels: pod.labels().clone(),
+            labels: pod.labels().to_map(),
             terminal: pod.is_terminal(),
             has_request,
             evictable: pod_type == PodType::Default || !only_default_interceptor,

@@ -56,7 +56,7 @@ impl Budget {
             && self
                 .selector
                 .as_ref()
-                .is_some_and(|s| label_selector_matches(s, pod.labels()))
+                .is_some_and(|s| label_selector_matches(s, &pod.labels()))
     }
 }
 

@@ -163,7 +163,11 @@ fn check_requesters(d: &mut Draft<'_>) -> ControlFlow<()> {
 fn sync_labels(d: &mut Draft<'_>, pod: &CachedPod) {
     let current = d.request.metadata.labels.clone().unwrap_or_default();
     let mut desired = current.clone();
-    desired.extend(pod.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
+    desired.extend(
+        pod.labels()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     if desired != current {
         d.labels = Some(desired);
     }
