@@ -132,6 +132,7 @@ where
     let (tx, _) = broadcast::channel(CHANGE_BUFFER);
     let changes = tx.clone();
     let kind = K::kind(&()).to_string();
+    let stored = reader.clone();
     tokio::spawn(async move {
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
@@ -142,7 +143,16 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 // No receivers (no controller running here) is fine.
-                Ok(obj) => drop(tx.send(Arc::new(obj))),
+                // The store's own copy when it holds this object (not deleted): the change
+                // buffer then shares it instead of keeping a second copy of the last
+                // CHANGE_BUFFER objects alive.
+                Ok(obj) => {
+                    let shared = stored
+                        .get(&ObjectRef::from_obj(&obj))
+                        .filter(|s| s.meta().resource_version == obj.meta().resource_version)
+                        .unwrap_or_else(|| Arc::new(obj));
+                    drop(tx.send(shared))
+                }
                 Err(e) => warn!(kind, error = %e, "watch error; retrying with backoff"),
             }
         }
