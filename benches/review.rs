@@ -20,9 +20,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use evictord::admission::Settings;
 use evictord::admission::http::{decode, review_request};
 use evictord::admission::offline::view_from_objects;
+use evictord::admission::partial::AdmittedPod;
 use evictord::admission::webhooks::{VALIDATE_EVICTION_REQUESTS, VALIDATE_PODS};
 use evictord::api::EvictionRequest;
-use evictord::cluster::{CachedPod, StaticView};
+use evictord::cluster::StaticView;
 use fixture::*;
 use jiff::Timestamp;
 
@@ -52,7 +53,7 @@ fn view() -> StaticView {
 
 /// Decode + review of a pod, as the Pod route does; returns whether it was allowed.
 fn review_pod(body: &[u8], view: &StaticView, settings: &Settings, now: Timestamp) -> bool {
-    let req = decode::<CachedPod>(JSON, body).expect("decodes");
+    let req = decode::<AdmittedPod>(JSON, body).expect("decodes");
     let verdict = (VALIDATE_PODS.review)(&review_request(&req, now), view, settings);
     verdict.allowed()
 }

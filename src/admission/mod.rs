@@ -13,6 +13,7 @@ pub mod http;
 pub mod names;
 pub mod node_maintenance;
 pub mod offline;
+pub mod partial;
 pub mod pod;
 pub mod pod_eviction;
 pub mod registration;

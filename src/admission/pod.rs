@@ -18,22 +18,26 @@
 use kube::core::admission::Operation;
 
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
+use crate::admission::partial::InterceptorAnnotation;
 use crate::admission::{ReviewRequest, Settings, Verdict};
 use crate::api::{IMPERATIVE_INTERCEPTOR, INTERCEPTORS_ANNOTATION, parse_interceptor_list};
-use crate::cluster::CachedPod;
 
 /// Most interceptors a pod may declare.
 pub const MAX_POD_INTERCEPTORS: usize = 15;
 
 /// Validates the interceptor annotation of a created or updated pod (rules P1–P7, see the module
-/// docs). Pods are decoded as [`CachedPod`], which skips the containers and the rest of the spec.
+/// docs). The webhook decodes pods as [`AdmittedPod`](crate::admission::partial::AdmittedPod),
+/// which keeps only the annotation; any pod type that exposes it is reviewed the same way.
 ///
 /// # Guarantees
 /// A pod without the annotation on both the old and the new object is allowed at once, without
 /// allocation. DELETE and CONNECT are always allowed. Never warns.
-pub fn review_pod(req: &ReviewRequest<'_, CachedPod>, settings: &Settings) -> Verdict {
-    let new = req.object.and_then(CachedPod::interceptor_annotation);
-    let old = req.old_object.and_then(CachedPod::interceptor_annotation);
+pub fn review_pod<P: InterceptorAnnotation>(
+    req: &ReviewRequest<'_, P>,
+    settings: &Settings,
+) -> Verdict {
+    let new = req.object.and_then(P::interceptor_annotation);
+    let old = req.old_object.and_then(P::interceptor_annotation);
     if new.is_none() && old.is_none() {
         return Verdict::allow();
     }
@@ -166,6 +170,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::cluster::CachedPod;
 
     fn pod(annotation: Option<&str>) -> CachedPod {
         let mut annotations = BTreeMap::from([("team".to_string(), "db".to_string())]);

@@ -14,8 +14,9 @@ use super::registration::{
     PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
 };
 use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod, pod_eviction};
+use crate::admission::partial::AdmittedPod;
 use crate::api::{EvictionRequest, NodeMaintenance};
-use crate::cluster::{CachedPod, ClusterView};
+use crate::cluster::ClusterView;
 
 fn eviction_request_lookups(
     req: &ReviewRequest<'_, EvictionRequest>,
@@ -73,7 +74,7 @@ pub static VALIDATE_EVICTION_REQUESTS: Webhook<EvictionRequest> = Webhook {
 };
 
 /// Validates the interceptor annotation of Pods (needs no cluster).
-pub static VALIDATE_PODS: Webhook<CachedPod> = Webhook {
+pub static VALIDATE_PODS: Webhook<AdmittedPod> = Webhook {
     resource: "pods",
     kind: "validate",
     lookups: no_lookups,
