@@ -102,6 +102,8 @@ pub async fn read_bounded(
     if declared.is_some_and(|n| !fits(n, drain)) {
         return Err(BodyError::TooLarge { drained: false });
     }
+    // A body that arrives in one piece (the usual case) is kept as it came, without a copy.
+    let mut first: Option<Bytes> = None;
     let mut kept: Vec<u8> = Vec::new();
     let mut seen: usize = 0;
     while let Some(frame) = body.frame().await {
@@ -113,16 +115,24 @@ pub async fn read_bounded(
         if seen > drain {
             return Err(BodyError::TooLarge { drained: false });
         }
-        if seen <= limit {
-            kept.extend_from_slice(&data);
-        } else if !kept.is_empty() {
+        if seen > limit {
+            first = None;
             kept = Vec::new();
+        } else if first.is_none() && kept.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(f) = first.take() {
+                let expected = declared.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+                kept.reserve(expected.clamp(f.len() + data.len(), limit));
+                kept.extend_from_slice(&f);
+            }
+            kept.extend_from_slice(&data);
         }
     }
     if seen > limit {
         return Err(BodyError::TooLarge { drained: true });
     }
-    Ok(Bytes::from(kept))
+    Ok(first.unwrap_or_else(|| Bytes::from(kept)))
 }
 
 /// The middleware: reads the body within [`MAX_BODY_BYTES`] and [`BODY_READ_TIMEOUT`] and hands
@@ -186,6 +196,17 @@ mod tests {
         assert_eq!(bytes.len(), 10);
         let empty = read_bounded(Body::empty(), Some(0), 10, 20).await.unwrap();
         assert!(empty.is_empty());
+        let one = read_bounded(chunked(&[7]), Some(7), 10, 20).await.unwrap();
+        assert_eq!(one.len(), 7);
+        let exact = read_bounded(chunked(&[5, 5]), Some(10), 10, 20)
+            .await
+            .unwrap();
+        assert_eq!(exact.len(), 10);
+        // Empty frames do not count as the first piece.
+        let gaps = read_bounded(chunked(&[0, 4, 0, 6]), None, 10, 20)
+            .await
+            .unwrap();
+        assert_eq!(gaps.len(), 10);
     }
 
     #[tokio::test]

@@ -246,14 +246,78 @@ impl From<AdmissionResponse> for ResponseReview {
 
 impl Serialize for ResponseReview {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut value = serde_json::to_value(&self.0).map_err(serde::ser::Error::custom)?;
-        let patch = self.0.response.as_ref().and_then(|r| r.patch.as_deref());
-        if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
-            *slot =
-                serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+        let review = &self.0;
+        // Written field by field (no intermediate `serde_json::Value`): every admission answer
+        // goes through here. A review carrying a request too is never built by the handler;
+        // it takes the general path.
+        if review.request.is_some() {
+            return encode_general(review, serializer);
         }
-        value.serialize(serializer)
+        Wire {
+            api_version: &review.types.api_version,
+            kind: &review.types.kind,
+            response: review.response.as_ref().map(|r| WireResponse {
+                uid: &r.uid,
+                allowed: r.allowed,
+                status: &r.result,
+                patch: r.patch.as_deref().map(Base64),
+                // kube-core sets the (private) patch type exactly when it sets the patch.
+                patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
+                audit_annotations: &r.audit_annotations,
+                warnings: r.warnings.as_deref(),
+            }),
+        }
+        .serialize(serializer)
     }
+}
+
+/// The response AdmissionReview as written on the wire.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<WireResponse<'a>>,
+}
+
+/// `AdmissionResponse` with the patch in base64.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireResponse<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: &'a kube::core::Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<Base64<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "std::collections::HashMap::is_empty")]
+    audit_annotations: &'a std::collections::HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<&'a [String]>,
+}
+
+/// Bytes serialized as a base64 string (Go's `[]byte`).
+struct Base64<'a>(&'a [u8]);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.0))
+    }
+}
+
+/// The whole review through `serde_json::Value`, with the patch turned into base64.
+fn encode_general<S: Serializer>(
+    review: &AdmissionReview<DynamicObject>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let mut value = serde_json::to_value(review).map_err(serde::ser::Error::custom)?;
+    let patch = review.response.as_ref().and_then(|r| r.patch.as_deref());
+    if let (Some(patch), Some(slot)) = (patch, value.pointer_mut("/response/patch")) {
+        *slot = serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    }
+    value.serialize(serializer)
 }
 
 /// The typed view of an admission request that reviews take.
