@@ -9,9 +9,10 @@ use serde_json::Value;
 use crate::controllers::ControllerResults;
 use crate::drain::DrainResults;
 use crate::loadgen::median;
+use crate::loadgen::{FixedRate, Protocol};
 use crate::memory::{MemoryResults, ReplayResults};
 use crate::settings::Settings;
-use crate::webhook::{ServerRun, WebhookResults};
+use crate::webhook::{BodyResult, ServerRun, WebhookResults};
 
 /// Machine and invocation.
 #[derive(Clone, Debug, Serialize)]
@@ -253,15 +254,36 @@ impl Report {
             Some(Ok(w)) => w,
         };
         o += &format!(
-            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration and certificate, constant allowed response) on loopback, HTTP/1.1 keep-alive, TLS 1.3. Pinning: {}. Saturation: {} connections, closed loop, {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends on a pool of {} connections, {} s each, latency from the scheduled send time to the end of the response. {} runs. Two comparisons: the throughput fraction (evictord req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
+            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration — ALPN `h2`, `http/1.1` — and certificate, TCP_NODELAY; it parses each body as JSON into a struct holding only `request.uid`, serde skipping the rest, and answers allowed with that uid) on loopback, TLS 1.3. Pinning: {}. Protocols: {}. HTTP/1.1: keep-alive, {} connections at saturation, a pool of {} for the fixed rates. HTTP/2: ALPN `h2` (checked on every connection, as kube-apiserver negotiates it), {} connections × {} concurrent streams, at saturation and for the fixed rates. Saturation: closed loop per connection (HTTP/1.1) or stream (HTTP/2), {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends, {} s each, latency from the scheduled send time to the end of the response. Every answer must be 200, allowed, and echo its request's `request.uid` ({} distinct uids per body kind, sent in turn); anything else counts as an error. {} runs, the servers' order rotated each run. Two comparisons: the throughput fraction (server req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
             w.pinning,
+            w.protocols
+                .iter()
+                .map(|p| p.label())
+                .collect::<Vec<_>>()
+                .join(", "),
             w.connections_saturation,
+            w.connections_fixed_rate,
+            w.h2_connections,
+            w.h2_streams,
             w.warmup_s,
             w.saturation_s,
-            w.connections_fixed_rate,
             w.fixed_rate_s,
+            w.uid_variants,
             w.runs
         );
+        if let Some(b) = &w.baseline {
+            o += &format!(
+                "**Baseline**: `{b}` (`EVICTORD_BENCH_BASELINE`), started and measured exactly like evictord, in the same rotation.{}\n\n",
+                if w.baseline_errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " Not measured everywhere: {}.",
+                        w.baseline_errors.join("; ")
+                    )
+                }
+            );
+        }
         match (&w.create_targets, &w.create_skipped) {
             (Some(n), _) => {
                 o += &format!(
@@ -272,73 +294,43 @@ impl Report {
             (None, Some(why)) => o += &format!("Not measured: {why}.\n\n"),
             (None, None) => {}
         }
+        let mut names: Vec<&str> = Vec::new();
         for b in &w.bodies {
-            o += &format!(
-                "### {} ({} bytes, `POST {}`)\n\n| | limit server | evictord | evictord / limit |\n|---|---|---|---|\n",
-                b.body, b.bytes, b.path
-            );
-            let sat =
-                |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
-            o += &format!(
-                "| requests/s at saturation | {:.0} | {:.0} | **{:.2}** |\n",
-                sat(&b.limit),
-                sat(&b.evictord),
-                median(b.throughput_ratio.iter().copied())
-            );
-            let cores = |runs: &[ServerRun]| {
-                median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores))
-            };
-            let per_req = |runs: &[ServerRun]| {
-                median(
-                    runs.iter()
-                        .filter_map(|r| r.saturation.server_cpu_us_per_request),
-                )
-            };
-            o += &format!(
-                "| server CPU at saturation (cores) | {:.2} | {:.2} | |\n| server CPU per request | {:.1} µs | {:.1} µs | **{:.2}** (limit µs / evictord µs) |\n",
-                cores(&b.limit),
-                cores(&b.evictord),
-                per_req(&b.limit),
-                per_req(&b.evictord),
-                median(b.cpu_efficiency_ratio.iter().copied())
-            );
-            for (i, rate) in w.rates.iter().enumerate() {
-                let pick = |runs: &[ServerRun], f: fn(&crate::loadgen::FixedRate) -> f64| {
-                    median(runs.iter().filter_map(|r| r.fixed.get(i)).map(f))
-                };
-                for (label, f) in [
-                    (
-                        "p50",
-                        (|r: &crate::loadgen::FixedRate| r.p50_ms) as fn(&_) -> f64,
-                    ),
-                    ("p99", |r| r.p99_ms),
-                    ("p99.9", |r| r.p999_ms),
-                ] {
-                    let (l, e) = (pick(&b.limit, f), pick(&b.evictord, f));
-                    o += &format!(
-                        "| {label} at {rate} req/s | {l:.2} ms | {e:.2} ms | {:.2} |\n",
-                        e / l
-                    );
-                }
-                let lost = |runs: &[ServerRun]| -> u64 {
-                    runs.iter()
-                        .filter_map(|r| r.fixed.get(i))
-                        .map(|r| r.errors + r.not_sent)
-                        .sum()
-                };
-                o += &format!(
-                    "| errors + not sent at {rate} req/s (all runs) | {} | {} | |\n",
-                    lost(&b.limit),
-                    lost(&b.evictord)
-                );
+            if !names.contains(&b.body) {
+                names.push(b.body);
             }
-            let errs =
-                |runs: &[ServerRun]| -> u64 { runs.iter().map(|r| r.saturation.errors).sum() };
+        }
+        for name in names {
+            let group: Vec<&BodyResult> = w.bodies.iter().filter(|b| b.body == name).collect();
             o += &format!(
-                "| errors at saturation (all runs) | {} | {} | |\n\n",
-                errs(&b.limit),
-                errs(&b.evictord)
+                "### {} ({} bytes, `POST {}`)\n\n",
+                name, group[0].bytes, group[0].path
             );
+            for b in group {
+                o += &body_table(w, b);
+            }
+        }
+        if !w.profiles.is_empty() {
+            o += "### Where evictord's time goes (`perf`)\n\nOne more saturation run of evictord per body under `perf record -F 999 -g -p PID` (self time per shared object and symbol; the load generator runs on the other CPU):\n\n";
+            for p in &w.profiles {
+                o += &match (&p.file, &p.error) {
+                    (Some(f), _) => format!(
+                        "- {} over {}: [{f}]({f}) ({:.0} req/s while profiled)\n",
+                        p.body,
+                        p.protocol.label(),
+                        p.requests_per_second.unwrap_or(f64::NAN)
+                    ),
+                    (None, Some(e)) => {
+                        format!(
+                            "- {} over {}: no profile: {e}\n",
+                            p.body,
+                            p.protocol.label()
+                        )
+                    }
+                    (None, None) => String::new(),
+                };
+            }
+            o += "\n";
         }
         o
     }
@@ -593,4 +585,137 @@ fn replay_md(replay: Option<&Result<ReplayResults, String>>) -> String {
         );
     }
     o
+}
+
+/// The table of one body over one protocol: limit, evictord and (when measured) the baseline.
+fn body_table(w: &WebhookResults, b: &BodyResult) -> String {
+    let base = !b.baseline.is_empty();
+    let workers = match b.protocol {
+        Protocol::Http1 => format!(
+            "{} connections at saturation, a pool of {} for the fixed rates",
+            w.connections_saturation, w.connections_fixed_rate
+        ),
+        Protocol::H2 => format!(
+            "{} connections × {} streams",
+            w.h2_connections, w.h2_streams
+        ),
+    };
+    let mut o = format!("#### {} ({workers})\n\n", b.protocol.label());
+    o += "| | limit server | evictord | evictord / limit |";
+    if base {
+        o += " baseline | baseline / limit |";
+    }
+    o += "\n|---|---|---|---|";
+    if base {
+        o += "---|---|";
+    }
+    o += "\n";
+    let row = |label: &str, l: String, e: String, er: String, bl: String, br: String| {
+        let mut r = format!("| {label} | {l} | {e} | {er} |");
+        if base {
+            r += &format!(" {bl} | {br} |");
+        }
+        r + "\n"
+    };
+    let sat = |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
+    o += &row(
+        "requests/s at saturation",
+        format!("{:.0}", sat(&b.limit)),
+        format!("{:.0}", sat(&b.evictord)),
+        format!("**{:.2}**", median(b.throughput_ratio.iter().copied())),
+        format!("{:.0}", sat(&b.baseline)),
+        format!("{:.2}", median(b.baseline_throughput_ratio.iter().copied())),
+    );
+    let cores =
+        |runs: &[ServerRun]| median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores));
+    let per_req = |runs: &[ServerRun]| {
+        median(
+            runs.iter()
+                .filter_map(|r| r.saturation.server_cpu_us_per_request),
+        )
+    };
+    o += &row(
+        "server CPU at saturation (cores)",
+        format!("{:.2}", cores(&b.limit)),
+        format!("{:.2}", cores(&b.evictord)),
+        String::new(),
+        format!("{:.2}", cores(&b.baseline)),
+        String::new(),
+    );
+    o += &row(
+        "server CPU per request",
+        format!("{:.1} µs", per_req(&b.limit)),
+        format!("{:.1} µs", per_req(&b.evictord)),
+        format!(
+            "**{:.2}** (limit µs / evictord µs)",
+            median(b.cpu_efficiency_ratio.iter().copied())
+        ),
+        format!("{:.1} µs", per_req(&b.baseline)),
+        format!(
+            "{:.2}",
+            median(b.baseline_cpu_efficiency_ratio.iter().copied())
+        ),
+    );
+    for (i, rate) in w.rates.iter().enumerate() {
+        let pick = |runs: &[ServerRun], f: fn(&FixedRate) -> f64| {
+            median(runs.iter().filter_map(|r| r.fixed.get(i)).map(f))
+        };
+        for (label, f) in [
+            ("p50", (|r: &FixedRate| r.p50_ms) as fn(&FixedRate) -> f64),
+            ("p99", |r| r.p99_ms),
+            ("p99.9", |r| r.p999_ms),
+        ] {
+            let (l, e, bl) = (
+                pick(&b.limit, f),
+                pick(&b.evictord, f),
+                pick(&b.baseline, f),
+            );
+            o += &row(
+                &format!("{label} at {rate} req/s"),
+                format!("{l:.2} ms"),
+                format!("{e:.2} ms"),
+                format!("{:.2}", e / l),
+                format!("{bl:.2} ms"),
+                format!("{:.2}", bl / l),
+            );
+        }
+        let lost = |runs: &[ServerRun]| -> String {
+            let (mut n, mut uid) = (0, 0);
+            for r in runs.iter().filter_map(|r| r.fixed.get(i)) {
+                n += r.errors + r.not_sent;
+                uid += r.uid_mismatches;
+            }
+            if uid > 0 {
+                format!("{n} ({uid} wrong uid)")
+            } else {
+                n.to_string()
+            }
+        };
+        o += &row(
+            &format!("errors + not sent at {rate} req/s (all runs)"),
+            lost(&b.limit),
+            lost(&b.evictord),
+            String::new(),
+            lost(&b.baseline),
+            String::new(),
+        );
+    }
+    let errs = |runs: &[ServerRun]| -> String {
+        let n: u64 = runs.iter().map(|r| r.saturation.errors).sum();
+        let uid: u64 = runs.iter().map(|r| r.saturation.uid_mismatches).sum();
+        if uid > 0 {
+            format!("{n} ({uid} wrong uid)")
+        } else {
+            n.to_string()
+        }
+    };
+    o += &row(
+        "errors at saturation (all runs)",
+        errs(&b.limit),
+        errs(&b.evictord),
+        String::new(),
+        errs(&b.baseline),
+        String::new(),
+    );
+    o + "\n"
 }
