@@ -31,6 +31,7 @@ mod drain;
 mod limit_server;
 mod loadgen;
 mod memory;
+mod prom;
 mod replay;
 mod report;
 mod settings;

@@ -370,6 +370,27 @@ impl Report {
         if let Some(n) = &mem.note {
             o += &format!("\nNote: {n}\n");
         }
+        match &mem.idle_vs_baseline {
+            Some(Ok(p)) => {
+                o += &format!(
+                    "\nIdle RSS, this build vs the baseline binary (`EVICTORD_BENCH_BASELINE`), both started the same way and alternated: **{}** vs **{}** (runs: {} vs {}).\n",
+                    mib(p.median_evictord_rss_bytes as f64),
+                    mib(p.median_baseline_rss_bytes as f64),
+                    p.evictord_rss_bytes
+                        .iter()
+                        .map(|b| mib(*b as f64))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    p.baseline_rss_bytes
+                        .iter()
+                        .map(|b| mib(*b as f64))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Some(Err(e)) => o += &format!("\nIdle RSS of the baseline binary: {e}\n"),
+            None => {}
+        }
         o += &replay_md(mem.replay.as_ref());
         o + "\n"
     }
@@ -421,6 +442,27 @@ impl Report {
                 runs(|r| r.latency.p99_ms)
             );
             o += &format!(
+                "| — write returned → the benchmark's watch sees the completion (watch delivery), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — the benchmark's watch sees the completion → sees the next interceptor active (evictord: its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
+                median(c.handoffs.iter().map(|r| r.watch_delivery.p50_ms)),
+                median(c.handoffs.iter().map(|r| r.watch_delivery.p99_ms)),
+                runs(|r| r.watch_delivery.p99_ms),
+                median(c.handoffs.iter().map(|r| r.controller.p50_ms)),
+                median(c.handoffs.iter().map(|r| r.controller.p99_ms)),
+                runs(|r| r.controller.p99_ms),
+            );
+            if let Some(last) = c.handoffs.last() {
+                for d in &last.evictord_histograms {
+                    o += &format!(
+                        "| — evictord `{}` over the last run: per hand-off, mean, p50 / p99 (bucket bounds) | {:.2}, {:.1} ms, ≤ {} / ≤ {} ms | |\n",
+                        d.series,
+                        d.count / n.max(1) as f64,
+                        d.mean_ms,
+                        le(d.p50_le_ms),
+                        le(d.p99_le_ms)
+                    );
+                }
+            }
+            o += &format!(
                 "| time to write all {n} completions (32 in flight) | {:.1} s | {} |\n",
                 median(c.handoffs.iter().map(|r| r.completion_writes_seconds)),
                 c.handoffs
@@ -436,7 +478,7 @@ impl Report {
         if !c.creates.is_empty() {
             let n = c.creates[0].creates;
             o += &format!(
-                "| EvictionRequest create p99 with the webhook / without (ratio per run; {n} creates each, 4 in flight, `--controllers=none`) | **{:.2}** | {} |\n",
+                "| EvictionRequest create p99 with the webhook / without (ratio per round; {n} creates each, 4 in flight, `--controllers=none`) | **{:.2}** | {} |\n",
                 median(c.creates.iter().map(|r| r.p99_ratio)),
                 c.creates
                     .iter()
@@ -535,12 +577,43 @@ impl Report {
                     .join(", ")
             };
             o += &format!(
-                "Where the control plane's work goes (last run; kube-apiserver's own counters, every client, per pod evicted): requests {}; admission webhook calls {}.\n\n",
+                "Where the control plane's work goes (last run; kube-apiserver's own counters, every client, per pod evicted): **{:.2} requests in all** ({:.2} writes; the benchmark's own {} polls taken out): {}; admission webhook calls {}.\n\n",
+                r.api_requests_per_pod_total,
+                r.api_writes_per_pod,
+                r.benchmark_requests,
                 fmt(&r.api_requests_per_pod),
                 fmt(&r.webhook_calls_per_pod)
             );
+            let cores = |c: Option<f64>| {
+                c.map_or("not found".to_string(), |c| {
+                    format!(
+                        "{c:.2} cores ({:.0}% of {} CPUs)",
+                        c / r.cpu_cores.machine_cpus.max(1) as f64 * 100.0,
+                        r.cpu_cores.machine_cpus
+                    )
+                })
+            };
+            o += &format!(
+                "CPU over the drain (last run; `/proc/PID/stat`, from the NodeMaintenance create to `Drained`): kube-apiserver {}, etcd {}, evictord {}{}.\n\n",
+                cores(r.cpu_cores.kube_apiserver),
+                cores(r.cpu_cores.etcd),
+                cores(r.cpu_cores.evictord),
+                r.cpu_cores
+                    .note
+                    .as_ref()
+                    .map_or(String::new(), |n| format!(" ({n})"))
+            );
         }
         o
+    }
+}
+
+/// A histogram bucket bound in milliseconds.
+fn le(ms: f64) -> String {
+    if ms.is_finite() {
+        format!("{ms:.1}")
+    } else {
+        "+Inf".into()
     }
 }
 

@@ -23,6 +23,7 @@
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
 //! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates, and Eviction API calls for un-annotated pods, per webhook on/off round |
+//! | `EVICTORD_BENCH_CREATE_ROUNDS` | `5` | webhook on/off rounds of the EvictionRequest create latency (issue 17 goal 6: median of 5) |
 //! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |
@@ -54,6 +55,7 @@ pub struct Settings {
     pub evictions: usize,
     pub handoffs: usize,
     pub creates: usize,
+    pub create_rounds: usize,
     pub drain_runs: usize,
     pub drain_nodes: usize,
     pub drain_pods_per_node: usize,
@@ -110,10 +112,15 @@ impl Settings {
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
         let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
+        let create_rounds = var("EVICTORD_BENCH_CREATE_ROUNDS", "5").parse()?;
         let drain_runs = var("EVICTORD_BENCH_DRAIN_RUNS", "3").parse()?;
         let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
         let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        anyhow::ensure!(
+            create_rounds >= 1,
+            "EVICTORD_BENCH_CREATE_ROUNDS must be at least 1"
+        );
         anyhow::ensure!(
             !protocols.is_empty(),
             "EVICTORD_BENCH_PROTOCOLS names no protocol"
@@ -156,6 +163,7 @@ impl Settings {
             evictions,
             handoffs,
             creates,
+            create_rounds,
             drain_runs,
             drain_nodes,
             drain_pods_per_node,
