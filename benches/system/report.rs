@@ -169,15 +169,20 @@ impl Report {
 
     /// Writes both files (also after each part, so a failure later keeps what was measured).
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        let goals = crate::goals::evaluate(self);
+        let mut json = serde_json::to_value(self)?;
+        if let Value::Object(map) = &mut json {
+            map.insert("goals".into(), serde_json::to_value(&goals)?);
+        }
         std::fs::write(
             dir.join("report.json"),
-            serde_json::to_string_pretty(self)? + "\n",
+            serde_json::to_string_pretty(&json)? + "\n",
         )?;
-        std::fs::write(dir.join("REPORT.md"), self.markdown())?;
+        std::fs::write(dir.join("REPORT.md"), self.markdown(&goals))?;
         Ok(())
     }
 
-    fn markdown(&self) -> String {
+    fn markdown(&self, goals: &[crate::goals::Goal]) -> String {
         let m = &self.meta;
         let mut o = String::new();
         o += "# evictord benchmark report\n\n";
@@ -221,6 +226,7 @@ impl Report {
                 .join(", ");
             o += "\n\n";
         }
+        o += &crate::goals::markdown(goals);
         o += &self.webhook_md();
         o += &self.memory_md();
         o += &self.controllers_md();
