@@ -1,8 +1,15 @@
 //! Part 1: the webhook under load over TLS. `evictord serve` (offline mode) and the limit server
-//! run side by side, both pinned to the same CPU when `taskset` exists (the load generator gets
-//! the other one), with the same certificate. For each body and each run, both servers get the
-//! same sequence (saturation, then the fixed rates), alternating which goes first, so every
-//! ratio compares measurements taken minutes apart at most.
+//! (and, with `EVICTORD_BENCH_BASELINE`, another evictord binary started the same way) run side
+//! by side, all pinned to the same CPU when `taskset` exists (the load generator gets the other
+//! one), with the same certificate. For each body, each run and each protocol (HTTP/1.1 and
+//! HTTP/2, see [`crate::loadgen`]), every server gets the same sequence (saturation, then the
+//! fixed rates), the order rotated per run, so every ratio compares measurements taken minutes
+//! apart at most, over the same protocol. EvictionRequest creates go to evictords connected to
+//! the control plane with [`CREATE_TARGETS`] pods cached.
+//!
+//! After the runs of a body, when `perf` works, one more HTTP/2 saturation run of evictord is
+//! profiled (`perf record -F 999 -g -p PID`); the self-time summary goes to
+//! `profile-<body>.txt` next to `REPORT.md`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
