@@ -7,10 +7,17 @@
 //! - **interceptor hand-off**: N pods with two interceptors; once every request has the first
 //!   one active, the benchmark completes them all (as the interceptor would: a status write
 //!   setting `startTime` and `completionTime`, 32 in flight) and a watch times, per request,
-//!   from the write's success to the second interceptor being active;
+//!   from the write's success to the second interceptor being active. The time is split where
+//!   the benchmark can see it: write returned → its own watch sees the completion (watch
+//!   delivery; evictord's watch is served by the same watch cache), → its watch sees the second
+//!   interceptor active (evictord: its watch, queue, reconcile, the status write with its
+//!   webhook call, and the delivery of that write); and evictord's own histograms on
+//!   `/metrics` (reconcile duration, admission duration, any other duration histogram it
+//!   exports) over the run say how much of the second part is evictord's work;
 //! - **webhook overhead seen by clients**: EvictionRequest create latency (4 in flight) with the
 //!   webhook registered and not registered, alternating, against an evictord with
-//!   `--controllers=none` (so nothing else touches the requests).
+//!   `--controllers=none` (so nothing else touches the requests), `EVICTORD_BENCH_CREATE_ROUNDS`
+//!   rounds (default 5; the report quotes the median p99 ratio).
 //!
 //! - **Eviction API bridge overhead**: Eviction API calls (`pods/eviction`, 4 in flight) for
 //!   un-annotated pods with the webhooks registered and not registered, alternating — what every
@@ -51,6 +58,8 @@ struct Seen {
     evicted: HashMap<String, Instant>,
     canceled: HashMap<String, Instant>,
     first_active: HashMap<String, Instant>,
+    /// The first interceptor's `completionTime` set.
+    first_completed: HashMap<String, Instant>,
     second_active: HashMap<String, Instant>,
     latest: HashMap<String, EvictionRequest>,
 }
@@ -74,6 +83,13 @@ fn track(client: &Client, ns: &str) -> (Arc<Mutex<Seen>>, tokio::task::JoinHandl
             }
             if status.is_true("Canceled") {
                 s.canceled.entry(name.clone()).or_insert(now);
+            }
+            if status
+                .interceptors
+                .iter()
+                .any(|i| i.name == FIRST && i.completion_time.is_some())
+            {
+                s.first_completed.entry(name.clone()).or_insert(now);
             }
             match status.active_interceptors.first().map(String::as_str) {
                 Some(FIRST) => {
@@ -183,7 +199,15 @@ pub struct HandoffRun {
     pub in_flight: usize,
     pub handed_off: usize,
     pub completion_writes_seconds: f64,
+    /// Completion write returned → second interceptor active (seen by the benchmark's watch).
     pub latency: Latency,
+    /// Completion write returned → the benchmark's watch sees it (watch delivery).
+    pub watch_delivery: Latency,
+    /// The benchmark's watch sees the completion → it sees the second interceptor active
+    /// (evictord's share: its watch, queue, reconcile and status write, plus one delivery).
+    pub controller: Latency,
+    /// evictord's own duration histograms over the run (from its `/metrics`).
+    pub evictord_histograms: Vec<crate::prom::Delta>,
 }
 
 /// One create-latency round pair.
@@ -288,7 +312,26 @@ async fn complete_first(
     anyhow::bail!("{name}: too many conflicts")
 }
 
-async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
+/// evictord's duration histograms that can say where a hand-off's time goes (everything but
+/// the ones about other work).
+fn handoff_histogram(series: &str) -> bool {
+    !["pod_interceptors", "drain_duration", "deployment_"]
+        .iter()
+        .any(|skip| series.contains(skip))
+}
+
+async fn scrape(e: &support::Evictord) -> std::collections::BTreeMap<String, crate::prom::Series> {
+    e.probe("/metrics")
+        .await
+        .map(|(_, body)| crate::prom::histograms(&body))
+        .unwrap_or_default()
+}
+
+async fn handoff_run(
+    c: &TestCluster,
+    e: &support::Evictord,
+    n: usize,
+) -> anyhow::Result<HandoffRun> {
     let client = c.client().await;
     let ns = c.namespace("bench-handoff").await;
     let far = Instant::now() + Duration::from_secs(600);
@@ -309,6 +352,7 @@ async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
         .cloned()
         .collect();
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let metrics_before = scrape(e).await;
     let t0 = Instant::now();
     let written: Vec<anyhow::Result<(String, Instant)>> = futures::stream::iter(objects)
         .map(|obj| {
@@ -324,6 +368,7 @@ async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
     let completion_writes_seconds = t0.elapsed().as_secs_f64();
     let written: HashMap<String, Instant> = written.into_iter().collect::<anyhow::Result<_>>()?;
     wait_for(&seen, timeout, |s| s.second_active.len() >= n).await;
+    let metrics_after = scrape(e).await;
     watch.abort();
     let s = seen.lock().expect("lock").clone();
     remove_run(&client, &ns).await?;
@@ -335,11 +380,27 @@ async fn handoff_run(c: &TestCluster, n: usize) -> anyhow::Result<HandoffRun> {
                 .map(|a| a.saturating_duration_since(*t))
         })
         .collect();
+    let (mut delivery, mut controller) = (Vec::new(), Vec::new());
+    for (name, t) in &written {
+        if let Some(seen) = s.first_completed.get(name) {
+            delivery.push(seen.saturating_duration_since(*t));
+            if let Some(active) = s.second_active.get(name) {
+                controller.push(active.saturating_duration_since(*seen));
+            }
+        }
+    }
     Ok(HandoffRun {
         in_flight: n,
         handed_off: samples.len(),
         completion_writes_seconds,
         latency: latency(samples),
+        watch_delivery: latency(delivery),
+        controller: latency(controller),
+        evictord_histograms: crate::prom::deltas(
+            &metrics_before,
+            &metrics_after,
+            handoff_histogram,
+        ),
     })
 }
 
@@ -574,21 +635,23 @@ pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
             evictions.push(r);
         }
         for run in 0..s.runs {
-            let r = handoff_run(c, s.handoffs).await?;
+            let r = handoff_run(c, &e, s.handoffs).await?;
             eprintln!(
-                "[controllers] hand-off run {}/{}: {} handed off, p50 {:.0} ms, p99 {:.0} ms",
+                "[controllers] hand-off run {}/{}: {} handed off, p50 {:.0} ms, p99 {:.0} ms (watch delivery p99 {:.0} ms, then evictord p99 {:.0} ms)",
                 run + 1,
                 s.runs,
                 r.handed_off,
                 r.latency.p50_ms,
-                r.latency.p99_ms
+                r.latency.p99_ms,
+                r.watch_delivery.p99_ms,
+                r.controller.p99_ms
             );
             handoffs.push(r);
         }
     }
     let (creates, eviction_calls) = {
         let e = support::Evictord::start(c, &["--controllers=none"]).await;
-        let creates = create_runs(c, &e, s.creates, s.runs).await?;
+        let creates = create_runs(c, &e, s.creates, s.create_rounds).await?;
         let calls = eviction_call_runs(c, &e, s.creates, s.runs).await?;
         (creates, calls)
     };

@@ -6,7 +6,10 @@
 //! then one NodeMaintenance with `stage: Drain` selecting the label (`matchExpressions` `Exists`).
 //! Measured: the time from its creation until its status says `Drained=True` (polled every
 //! 500 ms, so ±0.5 s; given up after 15 minutes, reporting the pods remaining), evictions per
-//! second (pods evicted ÷ that time) and evictord's peak RSS (`VmHWM`) at the end.
+//! second (pods evicted ÷ that time) and evictord's peak RSS (`VmHWM`) at the end; what the
+//! drain cost kube-apiserver (its own request counters, per evicted pod, the benchmark's own
+//! polls taken out); and the CPU time kube-apiserver, etcd and evictord used over the drain
+//! (`/proc/PID/stat`: the control plane is the bottleneck at scale).
 //!
 //! Repeated `EVICTORD_BENCH_DRAIN_RUNS` times (default 3; the report quotes medians), each run on
 //! its own nodes, namespace and NodeMaintenance (selecting only that run's nodes) with a fresh
@@ -59,6 +62,27 @@ pub struct DrainRun {
     pub api_requests_per_pod: Vec<(String, f64)>,
     /// Admission webhook calls kube-apiserver made during the run per pod evicted, by webhook.
     pub webhook_calls_per_pod: Vec<(String, f64)>,
+    /// Every request kube-apiserver served during the run (all series, all clients), minus the
+    /// benchmark's own polls, per pod evicted.
+    pub api_requests_per_pod_total: f64,
+    /// The writes among them (POST, PUT, PATCH, DELETE, DELETECOLLECTION, APPLY).
+    pub api_writes_per_pod: f64,
+    /// The benchmark's own requests during the run (status polls, pod counts), taken out above.
+    pub benchmark_requests: u64,
+    /// CPU used over the drain, in cores (1.0 = one CPU busy the whole time).
+    pub cpu_cores: CpuShare,
+}
+
+/// CPU used over the drain by each process, in cores; `None` when the process was not found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CpuShare {
+    pub kube_apiserver: Option<f64>,
+    pub etcd: Option<f64>,
+    pub evictord: Option<f64>,
+    /// CPUs of the machine (the share is cores ÷ this).
+    pub machine_cpus: usize,
+    /// Why a process was not found.
+    pub note: Option<String>,
 }
 
 /// Part 4 results.
@@ -163,12 +187,19 @@ async fn drain_once(
         .await?
         .items
         .len();
+    let (apiserver_pid, etcd_pid, note) = control_plane_pids(c);
+    let cpu = |pid: Option<u32>| pid.and_then(crate::loadgen::cpu_time);
+    let cpu0 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(Some(pid))];
     let t0 = Instant::now();
     api.create(&PostParams::default(), &nm).await?;
     let mut drained = false;
     let mut last_log = Instant::now();
+    // The benchmark's own requests while the counters run: the `counters` scrape before, and
+    // every poll below.
+    let mut benchmark_requests = 1u64;
     while t0.elapsed() < GIVE_UP {
         tokio::time::sleep(POLL).await;
+        benchmark_requests += 1;
         let Ok(nm) = api.get(&name).await else {
             continue;
         };
@@ -182,6 +213,7 @@ async fn drain_once(
         }
         if last_log.elapsed() >= Duration::from_secs(30) {
             last_log = Instant::now();
+            benchmark_requests += 1;
             let left = pods_remaining(client, &ns).await.unwrap_or(usize::MAX);
             eprintln!(
                 "[drain] {:.0}s: {left}/{total} pods remaining",
@@ -190,6 +222,19 @@ async fn drain_once(
         }
     }
     let drain_seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(Some(pid))];
+    let cores: Vec<Option<f64>> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(a, b)| Some(b.as_ref()?.saturating_sub(*a.as_ref()?).as_secs_f64() / drain_seconds))
+        .collect();
+    let cpu_cores = CpuShare {
+        kube_apiserver: cores[0],
+        etcd: cores[1],
+        evictord: cores[2],
+        machine_cpus: crate::cpus(),
+        note,
+    };
     let after = support::apiserver::counters(client).await?;
     let evictord_peak_rss_bytes = status_bytes(pid, "VmHWM:")?;
     let evictord_rss_bytes = status_bytes(pid, "VmRSS:")?;
@@ -210,6 +255,16 @@ async fn drain_once(
     let per_pod = |metric: &str| per_pod(&before, &after, metric, evicted);
     let api_requests_per_pod = per_pod(support::apiserver::REQUESTS);
     let webhook_calls_per_pod = per_pod(support::apiserver::WEBHOOK_CALLS);
+    let (requests, writes) = request_totals(&before, &after);
+    let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
+    let api_requests_per_pod_total = per(requests - benchmark_requests as f64);
+    let api_writes_per_pod = per(writes);
+    eprintln!(
+        "[drain] kube-apiserver: {api_requests_per_pod_total:.2} requests ({api_writes_per_pod:.2} writes) per evicted pod; CPU over the drain: kube-apiserver {}, etcd {}, evictord {} cores",
+        fmt_cores(cpu_cores.kube_apiserver),
+        fmt_cores(cpu_cores.etcd),
+        fmt_cores(cpu_cores.evictord)
+    );
     let t = Instant::now();
     clean_up(client, &api, &name, &ns, &run).await?;
     drop(e);
@@ -230,7 +285,94 @@ async fn drain_once(
         evictord_rss_bytes,
         api_requests_per_pod,
         webhook_calls_per_pod,
+        api_requests_per_pod_total,
+        api_writes_per_pod,
+        benchmark_requests,
+        cpu_cores,
     })
+}
+
+fn fmt_cores(c: Option<f64>) -> String {
+    c.map_or("?".into(), |c| format!("{c:.2}"))
+}
+
+/// The increase of every request series, and of the writes among them.
+fn request_totals(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, f64) {
+    const WRITES: [&str; 6] = [
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+        "DELETECOLLECTION",
+        "APPLY",
+    ];
+    let mut total = 0.0;
+    let mut writes = 0.0;
+    for (k, a) in after {
+        let Some(series) = k
+            .strip_prefix(support::apiserver::REQUESTS)
+            .and_then(|s| s.strip_prefix('|'))
+        else {
+            continue;
+        };
+        let d = a - before.get(k).copied().unwrap_or(0.0);
+        total += d;
+        if series
+            .split_whitespace()
+            .next()
+            .is_some_and(|verb| WRITES.contains(&verb))
+        {
+            writes += d;
+        }
+    }
+    (total, writes)
+}
+
+/// The kube-apiserver (serving `c.server`'s port) and the etcd (data under `c.dir`) of the test
+/// control plane, found by their command lines in `/proc`; with a note when one is missing.
+pub fn control_plane_pids(c: &support::TestCluster) -> (Option<u32>, Option<u32>, Option<String>) {
+    let port = c.server.rsplit(':').next().unwrap_or_default();
+    let port_flag = format!("--secure-port={port}");
+    let apiserver_bin = c.assets.join("kube-apiserver");
+    let etcd_bin = c.assets.join("etcd");
+    let etcd_data = c.dir.join("etcd");
+    let (mut apiserver, mut etcd) = (None, None);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let Some(bin) = args.first().map(std::path::Path::new) else {
+            continue;
+        };
+        if bin == apiserver_bin && args.contains(&port_flag) {
+            apiserver = Some(pid);
+        } else if bin == etcd_bin && args.iter().any(|a| std::path::Path::new(a) == etcd_data) {
+            etcd = Some(pid);
+        }
+    }
+    let mut missing = Vec::new();
+    if apiserver.is_none() {
+        missing.push(format!(
+            "no {} process with {port_flag}",
+            apiserver_bin.display()
+        ));
+    }
+    if etcd.is_none() {
+        missing.push(format!(
+            "no {} process with data in {}",
+            etcd_bin.display(),
+            etcd_data.display()
+        ));
+    }
+    let note = (!missing.is_empty()).then(|| missing.join("; "));
+    (apiserver, etcd, note)
 }
 
 /// The increase of each series of `metric` per evicted pod, largest first, above 0.01.

@@ -1,17 +1,30 @@
-//! A small HTTP/1.1 load generator on hyper + tokio-rustls (the stacks already in the tree).
+//! A small load generator on hyper + tokio-rustls (the stacks already in the tree), speaking
+//! HTTP/1.1 or HTTP/2 ([`Protocol`]).
 //!
-//! - [`saturate`]: a fixed number of keep-alive connections, each sending the next request as
-//!   soon as the previous answer arrived (closed loop), for a fixed time after a warm-up;
-//!   requests/s counts the answers that completed inside the measured window.
+//! - HTTP/1.1: one request at a time per keep-alive connection, no ALPN (the server falls back
+//!   to HTTP/1.1).
+//! - HTTP/2: ALPN `h2` (as kube-apiserver's webhook client negotiates it), checked after every
+//!   handshake (a server that does not select `h2` fails the run); several concurrent streams
+//!   per connection, each stream a worker of its own.
+//!
+//! Both modes:
+//!
+//! - [`saturate`]: a fixed number of workers (HTTP/1.1 connections, or HTTP/2 streams on a few
+//!   connections), each sending the next request as soon as the previous answer arrived
+//!   (closed loop), for a fixed time after a warm-up; requests/s counts the answers that
+//!   completed inside the measured window.
 //! - [`fixed_rate`]: an open-loop schedule of `rate × duration` requests. A dedicated OS thread
 //!   releases request *i* at `t0 + i/rate` (thread sleeps are precise to ~0.1 ms, tokio's timer
-//!   only to 1 ms); a pool of keep-alive connections sends them. Latency runs from the scheduled
-//!   time to the end of the response body, so a server that falls behind is charged for the
-//!   queueing it causes (no coordinated omission). Bounded: requests not sent by
-//!   `t0 + duration + GRACE` are counted as `not_sent`.
+//!   only to 1 ms); a pool of workers sends them. Latency runs from the scheduled time to the end
+//!   of the response body, so a server that falls behind is charged for the queueing it causes
+//!   (no coordinated omission). Bounded: requests not sent by `t0 + duration + GRACE` are
+//!   counted as `not_sent`.
 //!
-//! Every answer must be HTTP 200 with `"allowed":true`; anything else is counted in `errors`.
+//! Every answer must be HTTP 200, an AdmissionReview whose `response.uid` is the request's
+//! `request.uid` and `response.allowed` true; anything else is counted in `errors` (a wrong or
+//! missing uid also in `uid_mismatches`).
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,49 +32,165 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 /// How long a fixed-rate run may overrun its schedule before the rest is abandoned.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// The HTTP version the load generator speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP/1.1 keep-alive, one request in flight per connection.
+    Http1,
+    /// HTTP/2 (ALPN `h2`), several streams in flight per connection.
+    H2,
+}
+
+impl Protocol {
+    /// The name for people.
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "HTTP/1.1",
+            Protocol::H2 => "HTTP/2",
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "http1" | "h1" | "http/1.1" => Ok(Protocol::Http1),
+            "h2" | "http2" => Ok(Protocol::H2),
+            _ => Err(format!("unknown protocol {s:?} (http1 or h2)")),
+        }
+    }
+}
+
 /// Where and what to send.
 #[derive(Clone)]
 pub struct Target {
     pub addr: SocketAddr,
     pub path: String,
+    /// From [`client_config`] for the same protocol.
     pub tls: Arc<ClientConfig>,
+    pub protocol: Protocol,
 }
 
-/// A client configuration trusting only `ca_pem`, HTTP/1.1 (no ALPN: the server falls back to
-/// HTTP/1.1, as kube-apiserver's webhook client does without h2).
-pub fn client_config(ca_pem: &str) -> anyhow::Result<Arc<ClientConfig>> {
+/// A client configuration trusting only `ca_pem`. HTTP/1.1: no ALPN (the server falls back to
+/// HTTP/1.1). HTTP/2: ALPN `h2` only, as kube-apiserver's client offers it first.
+pub fn client_config(ca_pem: &str, protocol: Protocol) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert?)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider)
+    let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    if protocol == Protocol::H2 {
+        config.alpn_protocols = vec![b"h2".to_vec()];
+    }
     Ok(Arc::new(config))
 }
 
-/// One keep-alive connection.
+/// One request body and the uid the answer must echo.
+#[derive(Clone, Debug)]
+pub struct ReviewBody {
+    pub bytes: Bytes,
+    /// `request.uid` of the body.
+    pub uid: String,
+}
+
+impl ReviewBody {
+    /// Reads `request.uid` from the body (once, when the bodies are prepared).
+    pub fn new(bytes: impl Into<Bytes>) -> anyhow::Result<Self> {
+        #[derive(Deserialize)]
+        struct Review<'a> {
+            #[serde(borrow)]
+            request: Request<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Request<'a> {
+            #[serde(borrow)]
+            uid: Cow<'a, str>,
+        }
+        let bytes = bytes.into();
+        let uid = serde_json::from_slice::<Review<'_>>(&bytes)
+            .map_err(|e| anyhow::anyhow!("request body without request.uid: {e}"))?
+            .request
+            .uid
+            .into_owned();
+        Ok(Self { bytes, uid })
+    }
+}
+
+/// What an answer was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 200, `allowed: true`, the request's uid.
+    Allowed,
+    /// Another status, not an AdmissionReview, or not allowed.
+    Refused,
+    /// An allowed-or-not AdmissionReview answering another uid (or none).
+    UidMismatch,
+}
+
+/// Checks a response body: an AdmissionReview with `response.uid == uid` and `allowed: true`.
+pub fn check(status: http::StatusCode, body: &[u8], uid: &str) -> Answer {
+    #[derive(Deserialize)]
+    struct Review<'a> {
+        #[serde(borrow)]
+        response: Option<Response<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow, default)]
+        uid: Option<Cow<'a, str>>,
+        #[serde(default)]
+        allowed: bool,
+    }
+    if status != http::StatusCode::OK {
+        return Answer::Refused;
+    }
+    let Ok(Review {
+        response: Some(response),
+    }) = serde_json::from_slice::<Review<'_>>(body)
+    else {
+        return Answer::Refused;
+    };
+    if response.uid.as_deref() != Some(uid) {
+        Answer::UidMismatch
+    } else if response.allowed {
+        Answer::Allowed
+    } else {
+        Answer::Refused
+    }
+}
+
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// One worker's handle: an HTTP/1.1 connection, or one stream slot of an HTTP/2 connection.
 pub struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    path: String,
+    sender: Sender,
+    /// `/path` for HTTP/1.1, `https://localhost/path` for HTTP/2 (its `:authority`).
+    uri: String,
 }
 
 impl Connection {
-    /// Connects (TCP, TLS handshake, HTTP/1.1).
+    /// Connects (TCP, TLS handshake, then HTTP/1.1 or HTTP/2 as the target says).
     pub async fn open(target: &Target) -> anyhow::Result<Self> {
         let tcp = TcpStream::connect(target.addr).await?;
         tcp.set_nodelay(true)?;
@@ -69,49 +198,133 @@ impl Connection {
         let tls = TlsConnector::from(target.tls.clone())
             .connect(name, tcp)
             .await?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(Self {
-            sender,
-            path: target.path.clone(),
-        })
+        match target.protocol {
+            Protocol::Http1 => {
+                let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                Ok(Self {
+                    sender: Sender::H1(sender),
+                    uri: target.path.clone(),
+                })
+            }
+            Protocol::H2 => {
+                let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                anyhow::ensure!(
+                    alpn.as_deref() == Some(b"h2".as_slice()),
+                    "the server at {} did not negotiate HTTP/2: ALPN selected {:?} (offered h2)",
+                    target.addr,
+                    alpn.map(|a| String::from_utf8_lossy(&a).into_owned())
+                );
+                let (sender, conn) =
+                    http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                Ok(Self {
+                    sender: Sender::H2(sender),
+                    uri: format!("https://localhost{}", target.path),
+                })
+            }
+        }
     }
 
-    /// Sends one AdmissionReview; `Ok(true)` when answered 200 with `"allowed":true`.
-    pub async fn review(&mut self, body: &Bytes) -> anyhow::Result<bool> {
-        let req = http::Request::post(self.path.as_str())
-            .header(http::header::HOST, "localhost")
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body.clone()))?;
-        self.sender.ready().await?;
-        let resp = self.sender.send_request(req).await?;
-        let ok = resp.status() == http::StatusCode::OK;
+    /// Another worker on the same HTTP/2 connection (another concurrent stream); `None` for
+    /// HTTP/1.1.
+    pub fn stream(&self) -> Option<Self> {
+        match &self.sender {
+            Sender::H1(_) => None,
+            Sender::H2(s) => Some(Self {
+                sender: Sender::H2(s.clone()),
+                uri: self.uri.clone(),
+            }),
+        }
+    }
+
+    /// Sends one AdmissionReview and checks the answer.
+    pub async fn review(&mut self, body: &ReviewBody) -> anyhow::Result<Answer> {
+        let mut req = http::Request::post(self.uri.as_str())
+            .header(http::header::CONTENT_TYPE, "application/json");
+        let resp = match &mut self.sender {
+            Sender::H1(sender) => {
+                req = req.header(http::header::HOST, "localhost");
+                let req = req.body(Full::new(body.bytes.clone()))?;
+                sender.ready().await?;
+                sender.send_request(req).await?
+            }
+            Sender::H2(sender) => {
+                let req = req
+                    .version(http::Version::HTTP_2)
+                    .body(Full::new(body.bytes.clone()))?;
+                sender.ready().await?;
+                sender.send_request(req).await?
+            }
+        };
+        let status = resp.status();
         let bytes = resp.into_body().collect().await?.to_bytes();
-        Ok(ok && contains(&bytes, br#""allowed":true"#))
+        Ok(check(status, &bytes, &body.uid))
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// Opens the workers: `connections` HTTP/1.1 connections, or `connections` HTTP/2 connections
+/// with `streams` workers each.
+async fn open_all(
+    target: &Target,
+    connections: usize,
+    streams: usize,
+) -> anyhow::Result<Vec<Connection>> {
+    let mut workers = Vec::new();
+    for _ in 0..connections {
+        let conn = Connection::open(target).await?;
+        if target.protocol == Protocol::H2 {
+            for _ in 1..streams.max(1) {
+                workers.push(conn.stream().expect("an HTTP/2 connection"));
+            }
+        }
+        workers.push(conn);
+    }
+    Ok(workers)
 }
 
-async fn open_all(target: &Target, n: usize) -> anyhow::Result<Vec<Connection>> {
-    let mut conns = Vec::with_capacity(n);
-    for _ in 0..n {
-        conns.push(Connection::open(target).await?);
+/// Counters shared by the workers of a run.
+#[derive(Default)]
+struct Tally {
+    done: AtomicU64,
+    errors: AtomicU64,
+    uid_mismatches: AtomicU64,
+}
+
+impl Tally {
+    fn count(&self, answer: &anyhow::Result<Answer>) {
+        match answer {
+            Ok(Answer::Allowed) => {
+                self.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Answer::UidMismatch) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.uid_mismatches.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Answer::Refused) | Err(_) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
-    Ok(conns)
 }
 
 /// Result of a saturation run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Saturation {
+    pub protocol: Protocol,
+    /// Connections; with HTTP/2 each carries `streams` workers.
     pub connections: usize,
+    /// Concurrent requests per connection (1 for HTTP/1.1).
+    pub streams: usize,
     pub seconds: f64,
     pub requests: u64,
     pub errors: u64,
+    /// Answers whose `response.uid` was not the request's (counted in `errors` too).
+    pub uid_mismatches: u64,
     pub requests_per_second: f64,
     /// CPU time the server process used in the measured window / the window (1.0 = one core).
     pub server_cpu_cores: Option<f64>,
@@ -131,16 +344,16 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-/// The request bodies of a run, sent in turn (all connections share the turn).
+/// The request bodies of a run, sent in turn (all workers share the turn).
 #[derive(Clone)]
 pub struct Bodies {
-    bodies: Arc<[Bytes]>,
+    bodies: Arc<[ReviewBody]>,
     next: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Bodies {
     /// At least one body.
-    pub fn new(bodies: Vec<Bytes>) -> Self {
+    pub fn new(bodies: Vec<ReviewBody>) -> Self {
         assert!(!bodies.is_empty(), "no request body");
         Self {
             bodies: bodies.into(),
@@ -149,23 +362,24 @@ impl Bodies {
     }
 
     /// The next body in turn.
-    pub fn next(&self) -> &Bytes {
+    pub fn next(&self) -> &ReviewBody {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         &self.bodies[i % self.bodies.len()]
     }
 }
 
-/// Closed loop on `connections` keep-alive connections: `warmup`, then `duration` measured.
-/// With `server_pid`, the server's CPU time over the measured window is recorded too.
+/// Closed loop on `connections` connections (× `streams` with HTTP/2): `warmup`, then
+/// `duration` measured. With `server_pid`, the server's CPU time over the measured window is
+/// recorded too.
 pub async fn saturate(
     target: &Target,
     bodies: Bodies,
-    connections: usize,
+    (connections, streams): (usize, usize),
     warmup: Duration,
     duration: Duration,
     server_pid: Option<u32>,
 ) -> anyhow::Result<Saturation> {
-    let conns = open_all(target, connections).await?;
+    let workers = open_all(target, connections, streams).await?;
     let start = Instant::now() + warmup;
     let end = start + duration;
     let cpu = tokio::spawn(async move {
@@ -175,22 +389,18 @@ pub async fn saturate(
         tokio::time::sleep_until(end.into()).await;
         Some(cpu_time(pid)?.saturating_sub(c0))
     });
-    let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
+    let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
-    for mut conn in conns {
-        let (bodies, done, errors) = (bodies.clone(), done.clone(), errors.clone());
+    for mut conn in workers {
+        let (bodies, tally) = (bodies.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < end {
-                let ok = conn.review(bodies.next()).await;
+                let answer = conn.review(bodies.next()).await;
                 let t = Instant::now();
                 if t >= start && t < end {
-                    match ok {
-                        Ok(true) => done.fetch_add(1, Ordering::Relaxed),
-                        _ => errors.fetch_add(1, Ordering::Relaxed),
-                    };
+                    tally.count(&answer);
                 }
-                if ok.is_err() {
+                if answer.is_err() {
                     // A broken connection: reconnecting would measure handshakes; stop this one.
                     break;
                 }
@@ -200,13 +410,20 @@ pub async fn saturate(
     for t in tasks {
         t.await?;
     }
-    let requests = done.load(Ordering::Relaxed);
+    let requests = tally.done.load(Ordering::Relaxed);
     let cpu = cpu.await?;
     Ok(Saturation {
+        protocol: target.protocol,
         connections,
+        streams: if target.protocol == Protocol::H2 {
+            streams.max(1)
+        } else {
+            1
+        },
         seconds: duration.as_secs_f64(),
         requests,
-        errors: errors.load(Ordering::Relaxed),
+        errors: tally.errors.load(Ordering::Relaxed),
+        uid_mismatches: tally.uid_mismatches.load(Ordering::Relaxed),
         requests_per_second: requests as f64 / duration.as_secs_f64(),
         server_cpu_cores: cpu.map(|c| c.as_secs_f64() / duration.as_secs_f64()),
         server_cpu_us_per_request: cpu
@@ -219,10 +436,15 @@ pub async fn saturate(
 #[derive(Clone, Debug, Serialize)]
 pub struct FixedRate {
     pub rate: u64,
+    pub protocol: Protocol,
     pub connections: usize,
+    /// Concurrent requests per connection (1 for HTTP/1.1).
+    pub streams: usize,
     pub scheduled: u64,
     pub completed: u64,
     pub errors: u64,
+    /// Answers whose `response.uid` was not the request's (counted in `errors` too).
+    pub uid_mismatches: u64,
     pub not_sent: u64,
     pub achieved_per_second: f64,
     pub p50_ms: f64,
@@ -259,15 +481,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Open loop at `rate` requests/s for `duration`, on `connections` keep-alive connections.
+/// Open loop at `rate` requests/s for `duration`, on `connections` connections (× `streams`
+/// with HTTP/2).
 pub async fn fixed_rate(
     target: &Target,
     bodies: Bodies,
     rate: u64,
     duration: Duration,
-    connections: usize,
+    (connections, streams): (usize, usize),
 ) -> anyhow::Result<FixedRate> {
-    let conns = open_all(target, connections).await?;
+    let workers = open_all(target, connections, streams).await?;
     let total = (rate as f64 * duration.as_secs_f64()).round() as u64;
     let (tx, rx) = async_queue();
     let stop = Arc::new(AtomicBool::new(false));
@@ -289,10 +512,10 @@ pub async fn fixed_rate(
             }
         })
     };
-    let errors = Arc::new(AtomicU64::new(0));
+    let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
-    for mut conn in conns {
-        let (bodies, rx, errors) = (bodies.clone(), rx.clone(), errors.clone());
+    for mut conn in workers {
+        let (bodies, rx, tally) = (bodies.clone(), rx.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             loop {
@@ -301,17 +524,14 @@ pub async fn fixed_rate(
                     tokio::time::timeout_at(deadline.into(), rx.recv()).await
                 };
                 let Ok(Some(at)) = next else { break };
-                match conn.review(bodies.next()).await {
-                    Ok(true) => samples.push(Instant::now().saturating_duration_since(at)),
-                    Ok(false) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
+                let answer = conn.review(bodies.next()).await;
+                match answer {
+                    Ok(Answer::Allowed) => {
+                        samples.push(Instant::now().saturating_duration_since(at))
                     }
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
+                    _ => tally.count(&answer),
                 }
-                if Instant::now() > deadline {
+                if answer.is_err() || Instant::now() > deadline {
                     break;
                 }
             }
@@ -327,14 +547,21 @@ pub async fn fixed_rate(
     let _ = pacer.join();
     samples.sort_unstable();
     let completed = samples.len() as u64;
-    let errors = errors.load(Ordering::Relaxed);
+    let errors = tally.errors.load(Ordering::Relaxed);
     let elapsed = duration.as_secs_f64();
     Ok(FixedRate {
         rate,
+        protocol: target.protocol,
         connections,
+        streams: if target.protocol == Protocol::H2 {
+            streams.max(1)
+        } else {
+            1
+        },
         scheduled: total,
         completed,
         errors,
+        uid_mismatches: tally.uid_mismatches.load(Ordering::Relaxed),
         not_sent: total.saturating_sub(completed + errors),
         achieved_per_second: completed as f64 / elapsed,
         p50_ms: ms(percentile(&samples, 50.0)),

@@ -9,6 +9,9 @@
 //! of real pods from this control plane, served as the cluster-wide pod list by a proxy in
 //! front of it, at each level of `EVICTORD_BENCH_REPLAY_PODS` and at the largest real level
 //! (so the report can compare the replayed feed with the real one at the same size).
+//!
+//! With `EVICTORD_BENCH_BASELINE`, the idle RSS (empty cluster, all controllers) of this build
+//! and of the baseline binary are measured first, alternating, started the same way.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -72,6 +75,65 @@ pub struct MemoryResults {
     pub requested_levels: Vec<usize>,
     pub note: Option<String>,
     pub replay: Option<Result<ReplayResults, String>>,
+    /// Idle RSS of this build and of `EVICTORD_BENCH_BASELINE`, started the same way.
+    pub idle_vs_baseline: Option<Result<IdlePair, String>>,
+}
+
+/// Idle RSS (connected, all controllers, empty cluster) of this build and of the baseline.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdlePair {
+    pub evictord_rss_bytes: Vec<u64>,
+    pub baseline_rss_bytes: Vec<u64>,
+    pub median_evictord_rss_bytes: u64,
+    pub median_baseline_rss_bytes: u64,
+}
+
+/// Measures [`IdlePair`]: `runs` times this build, then the baseline.
+async fn idle_pair(
+    c: &support::TestCluster,
+    baseline: &Path,
+    runs: usize,
+) -> anyhow::Result<IdlePair> {
+    use crate::webhook::{Binary, start_evictord};
+    let scratch = c.dir.join("bench-idle");
+    let cert_dir = scratch.join("certs");
+    std::fs::create_dir_all(&cert_dir)?;
+    let bundle = evictord::tls::generate(
+        &evictord::tls::serving_names(None, None),
+        Duration::from_secs(7 * 86400),
+        jiff::Timestamp::now(),
+    )?;
+    evictord::tls::write_dir(&cert_dir, &bundle)?;
+    let baseline = Binary {
+        name: "baseline",
+        path: baseline,
+    };
+    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        for binary in [Binary::this_build(), baseline] {
+            let server =
+                start_evictord(binary, &cert_dir, &scratch, Some(&c.kubeconfig), true).await?;
+            let (rss, _) = settled_rss(server.child.id()).await?;
+            drop(server);
+            eprintln!(
+                "[memory] idle, {} run {}/{runs}: RSS {:.1} MiB",
+                binary.name,
+                run + 1,
+                rss as f64 / 1048576.0
+            );
+            if binary.name == "baseline" {
+                theirs.push(rss);
+            } else {
+                mine.push(rss);
+            }
+        }
+    }
+    Ok(IdlePair {
+        median_evictord_rss_bytes: median_u64(&mine),
+        median_baseline_rss_bytes: median_u64(&theirs),
+        evictord_rss_bytes: mine,
+        baseline_rss_bytes: theirs,
+    })
 }
 
 /// A realistic Deployment pod (about 1.5 KiB of JSON): labels, a ReplicaSet owner, a node, one
@@ -356,6 +418,15 @@ pub async fn run(s: &Settings, report_dir: &Path) -> anyhow::Result<MemoryResult
     if existing > 0 {
         eprintln!("[memory] {existing} pods were already in the cluster");
     }
+    let idle_vs_baseline = match &s.baseline {
+        Some(b) if existing == 0 => {
+            Some(idle_pair(c, b, s.runs).await.map_err(|e| format!("{e:#}")))
+        }
+        Some(_) => Some(Err(format!(
+            "not measured: {existing} pods were already in the cluster"
+        ))),
+        None => None,
+    };
     let mut created = existing;
     let mut create_time = Duration::ZERO;
     let mut levels = Vec::new();
@@ -464,5 +535,6 @@ pub async fn run(s: &Settings, report_dir: &Path) -> anyhow::Result<MemoryResult
         requested_levels: counts,
         note,
         replay,
+        idle_vs_baseline,
     })
 }

@@ -9,9 +9,10 @@ use serde_json::Value;
 use crate::controllers::ControllerResults;
 use crate::drain::DrainResults;
 use crate::loadgen::median;
+use crate::loadgen::{FixedRate, Protocol};
 use crate::memory::{MemoryResults, ReplayResults};
 use crate::settings::Settings;
-use crate::webhook::{ServerRun, WebhookResults};
+use crate::webhook::{BodyResult, ServerRun, WebhookResults};
 
 /// Machine and invocation.
 #[derive(Clone, Debug, Serialize)]
@@ -168,15 +169,20 @@ impl Report {
 
     /// Writes both files (also after each part, so a failure later keeps what was measured).
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        let goals = crate::goals::evaluate(self);
+        let mut json = serde_json::to_value(self)?;
+        if let Value::Object(map) = &mut json {
+            map.insert("goals".into(), serde_json::to_value(&goals)?);
+        }
         std::fs::write(
             dir.join("report.json"),
-            serde_json::to_string_pretty(self)? + "\n",
+            serde_json::to_string_pretty(&json)? + "\n",
         )?;
-        std::fs::write(dir.join("REPORT.md"), self.markdown())?;
+        std::fs::write(dir.join("REPORT.md"), self.markdown(&goals))?;
         Ok(())
     }
 
-    fn markdown(&self) -> String {
+    fn markdown(&self, goals: &[crate::goals::Goal]) -> String {
         let m = &self.meta;
         let mut o = String::new();
         o += "# evictord benchmark report\n\n";
@@ -220,6 +226,7 @@ impl Report {
                 .join(", ");
             o += "\n\n";
         }
+        o += &crate::goals::markdown(goals);
         o += &self.webhook_md();
         o += &self.memory_md();
         o += &self.controllers_md();
@@ -253,15 +260,36 @@ impl Report {
             Some(Ok(w)) => w,
         };
         o += &format!(
-            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration and certificate, constant allowed response) on loopback, HTTP/1.1 keep-alive, TLS 1.3. Pinning: {}. Saturation: {} connections, closed loop, {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends on a pool of {} connections, {} s each, latency from the scheduled send time to the end of the response. {} runs. Two comparisons: the throughput fraction (evictord req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
+            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration — ALPN `h2`, `http/1.1` — and certificate, TCP_NODELAY; it parses each body as JSON into a struct holding only `request.uid`, serde skipping the rest, and answers allowed with that uid) on loopback, TLS 1.3. Pinning: {}. Protocols: {}. HTTP/1.1: keep-alive, {} connections at saturation, a pool of {} for the fixed rates. HTTP/2: ALPN `h2` (checked on every connection, as kube-apiserver negotiates it), {} connections × {} concurrent streams, at saturation and for the fixed rates. Saturation: closed loop per connection (HTTP/1.1) or stream (HTTP/2), {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends, {} s each, latency from the scheduled send time to the end of the response. Every answer must be 200, allowed, and echo its request's `request.uid` ({} distinct uids per body kind, sent in turn); anything else counts as an error. {} runs, the servers' order rotated each run. Two comparisons: the throughput fraction (server req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
             w.pinning,
+            w.protocols
+                .iter()
+                .map(|p| p.label())
+                .collect::<Vec<_>>()
+                .join(", "),
             w.connections_saturation,
+            w.connections_fixed_rate,
+            w.h2_connections,
+            w.h2_streams,
             w.warmup_s,
             w.saturation_s,
-            w.connections_fixed_rate,
             w.fixed_rate_s,
+            w.uid_variants,
             w.runs
         );
+        if let Some(b) = &w.baseline {
+            o += &format!(
+                "**Baseline**: `{b}` (`EVICTORD_BENCH_BASELINE`), started and measured exactly like evictord, in the same rotation.{}\n\n",
+                if w.baseline_errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " Not measured everywhere: {}.",
+                        w.baseline_errors.join("; ")
+                    )
+                }
+            );
+        }
         match (&w.create_targets, &w.create_skipped) {
             (Some(n), _) => {
                 o += &format!(
@@ -272,73 +300,43 @@ impl Report {
             (None, Some(why)) => o += &format!("Not measured: {why}.\n\n"),
             (None, None) => {}
         }
+        let mut names: Vec<&str> = Vec::new();
         for b in &w.bodies {
-            o += &format!(
-                "### {} ({} bytes, `POST {}`)\n\n| | limit server | evictord | evictord / limit |\n|---|---|---|---|\n",
-                b.body, b.bytes, b.path
-            );
-            let sat =
-                |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
-            o += &format!(
-                "| requests/s at saturation | {:.0} | {:.0} | **{:.2}** |\n",
-                sat(&b.limit),
-                sat(&b.evictord),
-                median(b.throughput_ratio.iter().copied())
-            );
-            let cores = |runs: &[ServerRun]| {
-                median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores))
-            };
-            let per_req = |runs: &[ServerRun]| {
-                median(
-                    runs.iter()
-                        .filter_map(|r| r.saturation.server_cpu_us_per_request),
-                )
-            };
-            o += &format!(
-                "| server CPU at saturation (cores) | {:.2} | {:.2} | |\n| server CPU per request | {:.1} µs | {:.1} µs | **{:.2}** (limit µs / evictord µs) |\n",
-                cores(&b.limit),
-                cores(&b.evictord),
-                per_req(&b.limit),
-                per_req(&b.evictord),
-                median(b.cpu_efficiency_ratio.iter().copied())
-            );
-            for (i, rate) in w.rates.iter().enumerate() {
-                let pick = |runs: &[ServerRun], f: fn(&crate::loadgen::FixedRate) -> f64| {
-                    median(runs.iter().filter_map(|r| r.fixed.get(i)).map(f))
-                };
-                for (label, f) in [
-                    (
-                        "p50",
-                        (|r: &crate::loadgen::FixedRate| r.p50_ms) as fn(&_) -> f64,
-                    ),
-                    ("p99", |r| r.p99_ms),
-                    ("p99.9", |r| r.p999_ms),
-                ] {
-                    let (l, e) = (pick(&b.limit, f), pick(&b.evictord, f));
-                    o += &format!(
-                        "| {label} at {rate} req/s | {l:.2} ms | {e:.2} ms | {:.2} |\n",
-                        e / l
-                    );
-                }
-                let lost = |runs: &[ServerRun]| -> u64 {
-                    runs.iter()
-                        .filter_map(|r| r.fixed.get(i))
-                        .map(|r| r.errors + r.not_sent)
-                        .sum()
-                };
-                o += &format!(
-                    "| errors + not sent at {rate} req/s (all runs) | {} | {} | |\n",
-                    lost(&b.limit),
-                    lost(&b.evictord)
-                );
+            if !names.contains(&b.body) {
+                names.push(b.body);
             }
-            let errs =
-                |runs: &[ServerRun]| -> u64 { runs.iter().map(|r| r.saturation.errors).sum() };
+        }
+        for name in names {
+            let group: Vec<&BodyResult> = w.bodies.iter().filter(|b| b.body == name).collect();
             o += &format!(
-                "| errors at saturation (all runs) | {} | {} | |\n\n",
-                errs(&b.limit),
-                errs(&b.evictord)
+                "### {} ({} bytes, `POST {}`)\n\n",
+                name, group[0].bytes, group[0].path
             );
+            for b in group {
+                o += &body_table(w, b);
+            }
+        }
+        if !w.profiles.is_empty() {
+            o += "### Where evictord's time goes (`perf`)\n\nOne more saturation run of evictord per body under `perf record -F 999 -g -p PID` (self time per shared object and symbol; the load generator runs on the other CPU):\n\n";
+            for p in &w.profiles {
+                o += &match (&p.file, &p.error) {
+                    (Some(f), _) => format!(
+                        "- {} over {}: [{f}]({f}) ({:.0} req/s while profiled)\n",
+                        p.body,
+                        p.protocol.label(),
+                        p.requests_per_second.unwrap_or(f64::NAN)
+                    ),
+                    (None, Some(e)) => {
+                        format!(
+                            "- {} over {}: no profile: {e}\n",
+                            p.body,
+                            p.protocol.label()
+                        )
+                    }
+                    (None, None) => String::new(),
+                };
+            }
+            o += "\n";
         }
         o
     }
@@ -377,6 +375,27 @@ impl Report {
         }
         if let Some(n) = &mem.note {
             o += &format!("\nNote: {n}\n");
+        }
+        match &mem.idle_vs_baseline {
+            Some(Ok(p)) => {
+                o += &format!(
+                    "\nIdle RSS, this build vs the baseline binary (`EVICTORD_BENCH_BASELINE`), both started the same way and alternated: **{}** vs **{}** (runs: {} vs {}).\n",
+                    mib(p.median_evictord_rss_bytes as f64),
+                    mib(p.median_baseline_rss_bytes as f64),
+                    p.evictord_rss_bytes
+                        .iter()
+                        .map(|b| mib(*b as f64))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    p.baseline_rss_bytes
+                        .iter()
+                        .map(|b| mib(*b as f64))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Some(Err(e)) => o += &format!("\nIdle RSS of the baseline binary: {e}\n"),
+            None => {}
         }
         o += &replay_md(mem.replay.as_ref());
         o + "\n"
@@ -429,6 +448,27 @@ impl Report {
                 runs(|r| r.latency.p99_ms)
             );
             o += &format!(
+                "| — write returned → the benchmark's watch sees the completion (watch delivery), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — the benchmark's watch sees the completion → sees the next interceptor active (evictord: its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
+                median(c.handoffs.iter().map(|r| r.watch_delivery.p50_ms)),
+                median(c.handoffs.iter().map(|r| r.watch_delivery.p99_ms)),
+                runs(|r| r.watch_delivery.p99_ms),
+                median(c.handoffs.iter().map(|r| r.controller.p50_ms)),
+                median(c.handoffs.iter().map(|r| r.controller.p99_ms)),
+                runs(|r| r.controller.p99_ms),
+            );
+            if let Some(last) = c.handoffs.last() {
+                for d in &last.evictord_histograms {
+                    o += &format!(
+                        "| — evictord `{}` over the last run: per hand-off, mean, p50 / p99 (bucket bounds) | {:.2}, {:.1} ms, ≤ {} / ≤ {} ms | |\n",
+                        d.series,
+                        d.count / n.max(1) as f64,
+                        d.mean_ms,
+                        le(d.p50_le_ms),
+                        le(d.p99_le_ms)
+                    );
+                }
+            }
+            o += &format!(
                 "| time to write all {n} completions (32 in flight) | {:.1} s | {} |\n",
                 median(c.handoffs.iter().map(|r| r.completion_writes_seconds)),
                 c.handoffs
@@ -444,7 +484,7 @@ impl Report {
         if !c.creates.is_empty() {
             let n = c.creates[0].creates;
             o += &format!(
-                "| EvictionRequest create p99 with the webhook / without (ratio per run; {n} creates each, 4 in flight, `--controllers=none`) | **{:.2}** | {} |\n",
+                "| EvictionRequest create p99 with the webhook / without (ratio per round; {n} creates each, 4 in flight, `--controllers=none`) | **{:.2}** | {} |\n",
                 median(c.creates.iter().map(|r| r.p99_ratio)),
                 c.creates
                     .iter()
@@ -543,12 +583,43 @@ impl Report {
                     .join(", ")
             };
             o += &format!(
-                "Where the control plane's work goes (last run; kube-apiserver's own counters, every client, per pod evicted): requests {}; admission webhook calls {}.\n\n",
+                "Where the control plane's work goes (last run; kube-apiserver's own counters, every client, per pod evicted): **{:.2} requests in all** ({:.2} writes; the benchmark's own {} polls taken out): {}; admission webhook calls {}.\n\n",
+                r.api_requests_per_pod_total,
+                r.api_writes_per_pod,
+                r.benchmark_requests,
                 fmt(&r.api_requests_per_pod),
                 fmt(&r.webhook_calls_per_pod)
             );
+            let cores = |c: Option<f64>| {
+                c.map_or("not found".to_string(), |c| {
+                    format!(
+                        "{c:.2} cores ({:.0}% of {} CPUs)",
+                        c / r.cpu_cores.machine_cpus.max(1) as f64 * 100.0,
+                        r.cpu_cores.machine_cpus
+                    )
+                })
+            };
+            o += &format!(
+                "CPU over the drain (last run; `/proc/PID/stat`, from the NodeMaintenance create to `Drained`): kube-apiserver {}, etcd {}, evictord {}{}.\n\n",
+                cores(r.cpu_cores.kube_apiserver),
+                cores(r.cpu_cores.etcd),
+                cores(r.cpu_cores.evictord),
+                r.cpu_cores
+                    .note
+                    .as_ref()
+                    .map_or(String::new(), |n| format!(" ({n})"))
+            );
         }
         o
+    }
+}
+
+/// A histogram bucket bound in milliseconds.
+fn le(ms: f64) -> String {
+    if ms.is_finite() {
+        format!("{ms:.1}")
+    } else {
+        "+Inf".into()
     }
 }
 
@@ -593,4 +664,137 @@ fn replay_md(replay: Option<&Result<ReplayResults, String>>) -> String {
         );
     }
     o
+}
+
+/// The table of one body over one protocol: limit, evictord and (when measured) the baseline.
+fn body_table(w: &WebhookResults, b: &BodyResult) -> String {
+    let base = !b.baseline.is_empty();
+    let workers = match b.protocol {
+        Protocol::Http1 => format!(
+            "{} connections at saturation, a pool of {} for the fixed rates",
+            w.connections_saturation, w.connections_fixed_rate
+        ),
+        Protocol::H2 => format!(
+            "{} connections × {} streams",
+            w.h2_connections, w.h2_streams
+        ),
+    };
+    let mut o = format!("#### {} ({workers})\n\n", b.protocol.label());
+    o += "| | limit server | evictord | evictord / limit |";
+    if base {
+        o += " baseline | baseline / limit |";
+    }
+    o += "\n|---|---|---|---|";
+    if base {
+        o += "---|---|";
+    }
+    o += "\n";
+    let row = |label: &str, l: String, e: String, er: String, bl: String, br: String| {
+        let mut r = format!("| {label} | {l} | {e} | {er} |");
+        if base {
+            r += &format!(" {bl} | {br} |");
+        }
+        r + "\n"
+    };
+    let sat = |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
+    o += &row(
+        "requests/s at saturation",
+        format!("{:.0}", sat(&b.limit)),
+        format!("{:.0}", sat(&b.evictord)),
+        format!("**{:.2}**", median(b.throughput_ratio.iter().copied())),
+        format!("{:.0}", sat(&b.baseline)),
+        format!("{:.2}", median(b.baseline_throughput_ratio.iter().copied())),
+    );
+    let cores =
+        |runs: &[ServerRun]| median(runs.iter().filter_map(|r| r.saturation.server_cpu_cores));
+    let per_req = |runs: &[ServerRun]| {
+        median(
+            runs.iter()
+                .filter_map(|r| r.saturation.server_cpu_us_per_request),
+        )
+    };
+    o += &row(
+        "server CPU at saturation (cores)",
+        format!("{:.2}", cores(&b.limit)),
+        format!("{:.2}", cores(&b.evictord)),
+        String::new(),
+        format!("{:.2}", cores(&b.baseline)),
+        String::new(),
+    );
+    o += &row(
+        "server CPU per request",
+        format!("{:.1} µs", per_req(&b.limit)),
+        format!("{:.1} µs", per_req(&b.evictord)),
+        format!(
+            "**{:.2}** (limit µs / evictord µs)",
+            median(b.cpu_efficiency_ratio.iter().copied())
+        ),
+        format!("{:.1} µs", per_req(&b.baseline)),
+        format!(
+            "{:.2}",
+            median(b.baseline_cpu_efficiency_ratio.iter().copied())
+        ),
+    );
+    for (i, rate) in w.rates.iter().enumerate() {
+        let pick = |runs: &[ServerRun], f: fn(&FixedRate) -> f64| {
+            median(runs.iter().filter_map(|r| r.fixed.get(i)).map(f))
+        };
+        for (label, f) in [
+            ("p50", (|r: &FixedRate| r.p50_ms) as fn(&FixedRate) -> f64),
+            ("p99", |r| r.p99_ms),
+            ("p99.9", |r| r.p999_ms),
+        ] {
+            let (l, e, bl) = (
+                pick(&b.limit, f),
+                pick(&b.evictord, f),
+                pick(&b.baseline, f),
+            );
+            o += &row(
+                &format!("{label} at {rate} req/s"),
+                format!("{l:.2} ms"),
+                format!("{e:.2} ms"),
+                format!("{:.2}", e / l),
+                format!("{bl:.2} ms"),
+                format!("{:.2}", bl / l),
+            );
+        }
+        let lost = |runs: &[ServerRun]| -> String {
+            let (mut n, mut uid) = (0, 0);
+            for r in runs.iter().filter_map(|r| r.fixed.get(i)) {
+                n += r.errors + r.not_sent;
+                uid += r.uid_mismatches;
+            }
+            if uid > 0 {
+                format!("{n} ({uid} wrong uid)")
+            } else {
+                n.to_string()
+            }
+        };
+        o += &row(
+            &format!("errors + not sent at {rate} req/s (all runs)"),
+            lost(&b.limit),
+            lost(&b.evictord),
+            String::new(),
+            lost(&b.baseline),
+            String::new(),
+        );
+    }
+    let errs = |runs: &[ServerRun]| -> String {
+        let n: u64 = runs.iter().map(|r| r.saturation.errors).sum();
+        let uid: u64 = runs.iter().map(|r| r.saturation.uid_mismatches).sum();
+        if uid > 0 {
+            format!("{n} ({uid} wrong uid)")
+        } else {
+            n.to_string()
+        }
+    };
+    o += &row(
+        "errors at saturation (all runs)",
+        errs(&b.limit),
+        errs(&b.evictord),
+        String::new(),
+        errs(&b.baseline),
+        String::new(),
+    );
+    o + "\n"
 }

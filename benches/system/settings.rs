@@ -1,13 +1,20 @@
 //! The benchmark's knobs, from environment variables (with the defaults `make bench` took 17
-//! minutes on two cores, 8 of them for the three drain runs; a drain run is given up after 15
+//! minutes on two cores before the webhook part measured HTTP/2 too, 8 of them for the three
+//! drain runs; measuring both protocols about doubles the webhook part's 3.5 minutes, and
+//! `EVICTORD_BENCH_BASELINE` adds half of that again; a drain run is given up after 15
 //! minutes):
 //!
 //! | variable | default | what |
 //! |---|---|---|
 //! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers,drain` | which parts run |
 //! | `EVICTORD_BENCH_RUNS` | `3` | runs per figure (the report quotes medians) |
-//! | `EVICTORD_BENCH_CONNECTIONS` | `16` | keep-alive connections at saturation |
-//! | `EVICTORD_BENCH_RATE_CONNECTIONS` | `32` | connection pool of the fixed-rate runs |
+//! | `EVICTORD_BENCH_PROTOCOLS` | `http1,h2` | protocols of the webhook part (`http1`, `h2`) |
+//! | `EVICTORD_BENCH_CONNECTIONS` | `16` | HTTP/1.1 keep-alive connections at saturation |
+//! | `EVICTORD_BENCH_RATE_CONNECTIONS` | `32` | HTTP/1.1 connection pool of the fixed-rate runs |
+//! | `EVICTORD_BENCH_H2_CONNECTIONS` | `4` | HTTP/2 connections, at saturation and in the fixed-rate pool |
+//! | `EVICTORD_BENCH_H2_STREAMS` | `8` | concurrent HTTP/2 streams per connection (4 × 8 = 32 requests in flight) |
+//! | `EVICTORD_BENCH_BASELINE` | unset | path of another `evictord` binary (e.g. a build of an older commit) measured in the webhook part like evictord, and for idle RSS in the memory part: the report's third column |
+//! | `EVICTORD_BENCH_PROFILE` | `1` | `0`: no `perf` profile of evictord (one extra HTTP/2 saturation run per body when `perf` works) |
 //! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
@@ -16,20 +23,29 @@
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
 //! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates, and Eviction API calls for un-annotated pods, per webhook on/off round |
+//! | `EVICTORD_BENCH_CREATE_ROUNDS` | `5` | webhook on/off rounds of the EvictionRequest create latency (issue 17 goal 6: median of 5) |
 //! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::loadgen::Protocol;
 
 /// See the module documentation.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub parts: BTreeSet<String>,
     pub runs: usize,
+    pub protocols: Vec<Protocol>,
     pub connections: usize,
     pub rate_connections: usize,
+    pub h2_connections: usize,
+    pub h2_streams: usize,
+    pub baseline: Option<PathBuf>,
+    pub profile: bool,
     pub warmup: Duration,
     pub saturation_time: Duration,
     pub fixed_rate_time: Duration,
@@ -39,6 +55,7 @@ pub struct Settings {
     pub evictions: usize,
     pub handoffs: usize,
     pub creates: usize,
+    pub create_rounds: usize,
     pub drain_runs: usize,
     pub drain_nodes: usize,
     pub drain_pods_per_node: usize,
@@ -77,8 +94,15 @@ impl Settings {
             .map(|s| s.trim().to_string())
             .collect();
         let runs = var("EVICTORD_BENCH_RUNS", "3").parse()?;
+        let protocols: Vec<Protocol> = list(&var("EVICTORD_BENCH_PROTOCOLS", "http1,h2"))?;
         let connections = var("EVICTORD_BENCH_CONNECTIONS", "16").parse()?;
         let rate_connections = var("EVICTORD_BENCH_RATE_CONNECTIONS", "32").parse()?;
+        let h2_connections = var("EVICTORD_BENCH_H2_CONNECTIONS", "4").parse()?;
+        let h2_streams = var("EVICTORD_BENCH_H2_STREAMS", "8").parse()?;
+        let baseline = Some(var("EVICTORD_BENCH_BASELINE", ""))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
+        let profile = var("EVICTORD_BENCH_PROFILE", "1") != "0";
         let saturation_time = Duration::from_secs_f64(var("EVICTORD_BENCH_SECONDS", "4").parse()?);
         let fixed_rate_time =
             Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
@@ -88,10 +112,30 @@ impl Settings {
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
         let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
+        let create_rounds = var("EVICTORD_BENCH_CREATE_ROUNDS", "5").parse()?;
         let drain_runs = var("EVICTORD_BENCH_DRAIN_RUNS", "3").parse()?;
         let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
         let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        anyhow::ensure!(
+            create_rounds >= 1,
+            "EVICTORD_BENCH_CREATE_ROUNDS must be at least 1"
+        );
+        anyhow::ensure!(
+            !protocols.is_empty(),
+            "EVICTORD_BENCH_PROTOCOLS names no protocol"
+        );
+        anyhow::ensure!(
+            h2_connections >= 1 && h2_streams >= 1,
+            "EVICTORD_BENCH_H2_CONNECTIONS and EVICTORD_BENCH_H2_STREAMS must be at least 1"
+        );
+        if let Some(b) = &baseline {
+            anyhow::ensure!(
+                b.is_file(),
+                "EVICTORD_BENCH_BASELINE={} is not a file",
+                b.display()
+            );
+        }
         anyhow::ensure!(
             drain_runs >= 1,
             "EVICTORD_BENCH_DRAIN_RUNS must be at least 1"
@@ -103,8 +147,13 @@ impl Settings {
         Ok(Self {
             parts,
             runs,
+            protocols,
             connections,
             rate_connections,
+            h2_connections,
+            h2_streams,
+            baseline,
+            profile,
             warmup: Duration::from_secs(1),
             saturation_time,
             fixed_rate_time,
@@ -114,6 +163,7 @@ impl Settings {
             evictions,
             handoffs,
             creates,
+            create_rounds,
             drain_runs,
             drain_nodes,
             drain_pods_per_node,

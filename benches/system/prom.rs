@@ -1,0 +1,154 @@
+//! Histograms from a Prometheus text exposition (evictord's `/metrics`), and what they gained
+//! between two scrapes: count, mean, and p50/p99 read from the buckets (the upper bound of the
+//! bucket the quantile falls in, so "at most").
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// One histogram series: cumulative buckets (upper bound, count), sum and count.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    pub buckets: Vec<(f64, f64)>,
+    pub sum: f64,
+    pub count: f64,
+}
+
+/// Every histogram series of a scrape, keyed `name{labels without le}`.
+pub fn histograms(text: &str) -> BTreeMap<String, Series> {
+    let mut out: BTreeMap<String, Series> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let (metric, labels) = match series.split_once('{') {
+            Some((m, l)) => (m, l.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let mut le = None;
+        let rest: Vec<&str> = split_labels(labels)
+            .into_iter()
+            .filter(|kv| match kv.strip_prefix("le=") {
+                Some(v) => {
+                    le = Some(v.trim_matches('"').to_string());
+                    false
+                }
+                None => true,
+            })
+            .collect();
+        let key = |name: &str| {
+            if rest.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name}{{{}}}", rest.join(","))
+            }
+        };
+        if let Some(name) = metric.strip_suffix("_bucket") {
+            let bound = match le.as_deref() {
+                Some("+Inf") => f64::INFINITY,
+                Some(v) => match v.parse() {
+                    Ok(b) => b,
+                    Err(_) => continue,
+                },
+                None => continue,
+            };
+            out.entry(key(name))
+                .or_default()
+                .buckets
+                .push((bound, value));
+        } else if let Some(name) = metric.strip_suffix("_sum") {
+            out.entry(key(name)).or_default().sum = value;
+        } else if let Some(name) = metric.strip_suffix("_count") {
+            out.entry(key(name)).or_default().count = value;
+        }
+    }
+    // Only histograms (a `_count` or `_sum` alone belongs to a summary or a counter).
+    out.retain(|_, s| !s.buckets.is_empty());
+    for s in out.values_mut() {
+        s.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Splits `a="x",b="y,z"` at the commas outside quotes.
+fn split_labels(labels: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(&labels[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < labels.len() {
+        out.push(&labels[start..]);
+    }
+    out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// What one histogram series gained between two scrapes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Delta {
+    pub series: String,
+    pub count: f64,
+    pub mean_ms: f64,
+    /// Upper bound of the bucket holding the median, in milliseconds.
+    pub p50_le_ms: f64,
+    /// Upper bound of the bucket holding the 99th percentile, in milliseconds.
+    pub p99_le_ms: f64,
+}
+
+/// The series of `after` whose count grew since `before` and whose name passes `keep`.
+/// Values are taken as seconds (the Prometheus convention for durations).
+pub fn deltas(
+    before: &BTreeMap<String, Series>,
+    after: &BTreeMap<String, Series>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<Delta> {
+    let mut out = Vec::new();
+    for (key, a) in after {
+        if !keep(key) {
+            continue;
+        }
+        let b = before.get(key).cloned().unwrap_or_default();
+        let count = a.count - b.count;
+        if count <= 0.0 {
+            continue;
+        }
+        let buckets: Vec<(f64, f64)> = a
+            .buckets
+            .iter()
+            .map(|(le, n)| {
+                let was = b
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0.0, |(_, n)| *n);
+                (*le, n - was)
+            })
+            .collect();
+        let quantile = |q: f64| {
+            buckets
+                .iter()
+                .find(|(_, n)| *n >= q * count)
+                .map_or(f64::INFINITY, |(le, _)| le * 1000.0)
+        };
+        out.push(Delta {
+            series: key.clone(),
+            count,
+            mean_ms: (a.sum - b.sum) / count * 1000.0,
+            p50_le_ms: quantile(0.5),
+            p99_le_ms: quantile(0.99),
+        });
+    }
+    out
+}
