@@ -264,6 +264,7 @@ fn select_interceptor(d: &mut Draft<'_>) {
     }
     d.status.processed_interceptors.push(active.clone());
     d.status.active_interceptors.clear();
+    let before = d.events.len();
     match reason {
         ProcessedReason::Completed => {
             d.event(
@@ -287,7 +288,29 @@ fn select_interceptor(d: &mut Draft<'_>) {
         ProcessedReason::Evicted => {}
     }
     d.processed.push((active, reason));
-    activate_next(d)
+    let switch = (d.events.len() == before + 1).then_some(before);
+    activate_next(d);
+    // One event per switch (SPEC 2.3 step 7): the completion or timeout names the interceptor
+    // selected next, instead of a second event right after it (one write fewer per hand-off).
+    if let Some(i) = switch
+        && d.events.len() == i + 2
+        && d.events[i + 1].reason == "InterceptorSelected"
+    {
+        let selected = d.events.remove(i + 1);
+        let note = &mut d.events[i].note;
+        if note.ends_with('.') {
+            note.pop();
+        }
+        note.push_str("; ");
+        note.push_str(&lowercase_first(&selected.note));
+    }
+}
+
+fn lowercase_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
 }
 
 /// Whether the active interceptor is done, and why; otherwise schedules a look at its deadline.

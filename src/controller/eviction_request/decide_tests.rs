@@ -139,16 +139,16 @@ fn check(request: &EvictionRequest, decision: &Decision, expect: Expect) {
     Expect { active: Some(&["a.b"]), requeue: Some(900), ..E })]
 #[case::step7_completed_switches_to_next(
     request("uid").targets(&["a.b", "c.d"]).active("a.b").completed("a.b", t(50)).build(), Some(pod("p").build()), t(60),
-    Expect { written: true, active: Some(&["c.d"]), processed: Some(&["a.b"]), events: &["InterceptorCompleted", "InterceptorSelected"], requeue: Some(1200), ..E })]
+    Expect { written: true, active: Some(&["c.d"]), processed: Some(&["a.b"]), events: &["InterceptorCompleted"], requeue: Some(1200), ..E })]
 #[case::step7_expired_switches_to_next(
     request("uid").targets(&["a.b", "c.d"]).active("a.b").activated("a.b", t(0)).started("a.b", t(10)).build(), Some(pod("p").build()), t(1210),
-    Expect { written: true, active: Some(&["c.d"]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut", "InterceptorSelected"], requeue: Some(1200), ..E })]
+    Expect { written: true, active: Some(&["c.d"]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut"], requeue: Some(1200), ..E })]
 #[case::step7_spec_deadline_expires_sooner(
     request("uid").deadline_seconds(600).targets(&["a.b"]).active("a.b").build(), Some(pod("p").build()), t(600),
-    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut", "InterceptorSelected"], evict: true, requeue: Some(300), ..E })]
+    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorTimedOut"], evict: true, requeue: Some(300), ..E })]
 #[case::step7_last_pod_interceptor_done_activates_imperative(
     request("uid").targets(&["a.b"]).active("a.b").completed("a.b", t(5)).build(), Some(pod("p").build()), t(6),
-    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorCompleted", "InterceptorSelected"], evict: true, requeue: Some(600), ..E })]
+    Expect { written: true, active: Some(&[IMP]), processed: Some(&["a.b"]), events: &["InterceptorCompleted"], evict: true, requeue: Some(600), ..E })]
 #[case::step7_out_of_order_active_is_left_alone(
     request("uid").targets(&["a.b", "c.d"]).raw_active(&["c.d"], &[]).completed("c.d", t(5)).build(), Some(pod("p").build()), t(6),
     Expect { active: Some(&["c.d"]), processed: Some(&[]), ..E })]
@@ -466,5 +466,32 @@ fn imperative_eviction_of_a_gone_pod_counts_the_imperative_interceptor_evicted()
     assert_eq!(
         d.processed,
         vec![(IMP.to_string(), ProcessedReason::Evicted)]
+    );
+}
+
+#[test]
+fn a_switch_is_one_event_naming_both_interceptors() {
+    let r = request("uid")
+        .targets(&["a.b", "c.d"])
+        .active("a.b")
+        .completed("a.b", t(50))
+        .build();
+    let d = decide(
+        &r,
+        Some(&pod("p").build()),
+        t(60),
+        &DecideSettings::default(),
+    );
+    let notes: Vec<(&str, &str)> = d
+        .events
+        .iter()
+        .map(|e| (e.reason, e.note.as_str()))
+        .collect();
+    assert_eq!(
+        notes,
+        [(
+            "InterceptorCompleted",
+            "Interceptor a.b completed; interceptor c.d selected (2 of 3)."
+        )]
     );
 }

@@ -300,9 +300,7 @@ fn full_walk_two_interceptors_then_imperative_eviction() {
         [
             "InterceptorSelected",
             "InterceptorCompleted",
-            "InterceptorSelected",
             "InterceptorTimedOut",
-            "InterceptorSelected",
             "EvictionFailed",
             "EvictionFailed",
             "Evicted",
