@@ -11,54 +11,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use evictord::api::{EvictionRequest, NodeMaintenance};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use support::apiserver::{REQUESTS, counters};
-use support::evictord::{FAST, SpawnOptions, install_crds};
-use support::fixtures::{draining_maintenance, node, pod};
+use support::chaos::{
+    LEADING, every_request_ended, evicted, kubelet_finishing_deletions, leader_and_standby,
+    pods_on_node, remaining, start_drain, until_remaining_at_most,
+};
+use support::cluster;
+use support::evictord::install_crds;
 use support::wait::until;
-use support::{Evictord, cluster};
 
 const PODS: usize = 1000;
 const LEASE: Duration = Duration::from_secs(15);
-const LEADING: &str = "acquired leadership";
-
-/// What the kubelet does for an evicted pod once its containers stopped: the final delete
-/// (grace period 0). Without it a pod whose eviction was cut short (the evicting client died
-/// between kube-apiserver setting the deletion timestamp and removing the object) stays
-/// terminating forever on this control plane, which has no kubelet. No Eviction API call.
-/// Counts the pods it finished.
-fn kubelet_finishing_deletions(
-    pods: Api<Pod>,
-    finished: Arc<AtomicUsize>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Ok(list) = pods.list_metadata(&ListParams::default()).await {
-                for p in list.items {
-                    if p.metadata.deletion_timestamp.is_some() {
-                        let name = p.metadata.name.unwrap_or_default();
-                        let params = DeleteParams::default().grace_period(0);
-                        if pods.delete(&name, &params).await.is_ok() {
-                            finished.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    })
-}
-
-async fn remaining(pods: &Api<Pod>) -> usize {
-    pods.list_metadata(&ListParams::default())
-        .await
-        .map(|l| l.items.len())
-        .unwrap_or(usize::MAX)
-}
 
 /// kube-apiserver's `pods/eviction` POSTs by status code.
 async fn eviction_calls(client: &Client) -> std::collections::BTreeMap<String, f64> {
@@ -78,47 +43,11 @@ async fn leader_sigkilled_mid_drain_of_1000_pods() {
     install_crds(c).await;
     let client = c.client().await;
     let ns = c.namespace("chaos-drain").await;
-    let lease_ns = format!("--leader-election-namespace={ns}");
-    let lease = format!("--lease-duration={}s", LEASE.as_secs());
-    let mut args = FAST.to_vec();
-    args.extend([
-        "--leader-election",
-        lease.as_str(),
-        "--leader-election-id=evictord-controllers",
-        &lease_ns,
-    ]);
-    let a = Evictord::spawn(c, &args, SpawnOptions::default());
-    let b = Evictord::spawn(c, &args, SpawnOptions::default());
-    a.ready().await;
-    b.ready().await;
-    let a_leads = until(Duration::from_secs(60), "a leader", || async {
-        match (a.logs().contains(LEADING), b.logs().contains(LEADING)) {
-            (true, false) => Some(true),
-            (false, true) => Some(false),
-            _ => None,
-        }
-    })
-    .await;
-    let (mut leader, standby) = if a_leads { (a, b) } else { (b, a) };
     // kube-apiserver calls the standby's webhook, which outlives the leader.
-    standby.register_webhooks(c, "evictord-chaos").await;
+    let (mut leader, standby) = leader_and_standby(c, &ns, LEASE, "evictord-chaos").await;
 
-    node("chaos-n1")
-        .label("chaos", "drain")
-        .create(&client)
-        .await;
     let created = Instant::now();
-    futures::stream::iter(0..PODS)
-        .for_each_concurrent(32, |i| {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move {
-                pod(&format!("p{i:04}"))
-                    .on_node("chaos-n1")
-                    .create(&client, &ns)
-                    .await;
-            }
-        })
-        .await;
+    pods_on_node(&client, &ns, "chaos-n1", ("chaos", "drain"), PODS).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     assert_eq!(remaining(&pods).await, PODS);
     let finished_by_kubelet = Arc::new(AtomicUsize::new(0));
@@ -126,24 +55,20 @@ async fn leader_sigkilled_mid_drain_of_1000_pods() {
     println!("created {PODS} pods in {:?}", created.elapsed());
     let before = eviction_calls(&client).await;
 
-    let maintenances: Api<NodeMaintenance> = Api::all(client.clone());
-    maintenances
-        .create(
-            &PostParams::default(),
-            &draining_maintenance("chaos-drain", "chaos", "drain", "chaos: leader SIGKILL"),
-        )
-        .await
-        .expect("NodeMaintenance");
-    let drain_started = Instant::now();
+    let drain_started = start_drain(
+        &client,
+        "chaos-drain",
+        ("chaos", "drain"),
+        "chaos: leader SIGKILL",
+    )
+    .await;
 
     // Mid-drain: about a third of the pods evicted.
-    until(
+    until_remaining_at_most(
+        &pods,
+        PODS * 2 / 3,
         Duration::from_secs(600),
         "a third of the pods evicted",
-        || {
-            let pods = pods.clone();
-            async move { (remaining(&pods).await <= PODS * 2 / 3).then_some(()) }
-        },
     )
     .await;
     let left_at_kill = remaining(&pods).await;
@@ -158,34 +83,13 @@ async fn leader_sigkilled_mid_drain_of_1000_pods() {
     .await;
     let takeover = killed.elapsed();
 
-    until(Duration::from_secs(900), "every pod evicted", || {
-        let pods = pods.clone();
-        async move { (remaining(&pods).await == 0).then_some(()) }
-    })
-    .await;
+    until_remaining_at_most(&pods, 0, Duration::from_secs(900), "every pod evicted").await;
     let drained_after = drain_started.elapsed();
     kubelet.abort();
 
     // Every request ended with a condition.
-    let requests: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
-    let all = until(Duration::from_secs(120), "every request Evicted", || {
-        let requests = requests.clone();
-        async move {
-            let list = requests.list(&ListParams::default()).await.ok()?;
-            (list.items.len() == PODS
-                && list.items.iter().all(|r| {
-                    r.status
-                        .as_ref()
-                        .is_some_and(|s| s.is_true("Evicted") || s.is_true("Canceled"))
-                }))
-            .then_some(list.items)
-        }
-    })
-    .await;
-    let evicted = all
-        .iter()
-        .filter(|r| r.status.as_ref().is_some_and(|s| s.is_true("Evicted")))
-        .count();
+    let all = every_request_ended(&client, &ns, PODS, Duration::from_secs(120)).await;
+    let evicted = evicted(&all);
 
     // Before the kill no Eviction API call failed. The SIGKILL cuts the calls in flight short
     // (kube-apiserver answers them 500 "context canceled", or 504): some had removed the pod,

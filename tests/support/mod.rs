@@ -6,6 +6,8 @@
 #![allow(clippy::zombie_processes)]
 
 pub mod apiserver;
+pub mod audit;
+pub mod chaos;
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;

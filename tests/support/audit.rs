@@ -1,0 +1,244 @@
+//! kube-apiserver's audit log of Eviction API calls (opt-in:
+//! [`super::control_plane::cluster_with_eviction_audit`]): every call with its pod, answer and
+//! times. Unlike kube-apiserver's request counters it survives kube-apiserver restarts, and it
+//! says which pod each call was for, so the fault tests can prove per pod that no pod was
+//! evicted twice and that no call was made for a pod already evicted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::SystemTime;
+
+/// One `pods/eviction` create, as kube-apiserver answered it.
+#[derive(Clone, Debug)]
+pub struct EvictionCall {
+    pub pod: String,
+    /// Who made the call: the impersonated user if any, else the authenticated one.
+    pub caller: String,
+    /// HTTP status code of the answer.
+    pub code: u16,
+    pub received: SystemTime,
+    pub answered: SystemTime,
+}
+
+impl EvictionCall {
+    /// The call evicted its pod (201 for policy/v1beta1 and policy/v1).
+    pub fn evicted(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+
+    /// The call found its pod already gone: 404, or 409 from the UID precondition.
+    pub fn pod_gone(&self) -> bool {
+        self.code == 404 || self.code == 409
+    }
+
+    /// The call was cut short or failed inside kube-apiserver (5xx, e.g. 500 "context canceled",
+    /// 504): it may or may not have evicted its pod.
+    pub fn cut(&self) -> bool {
+        self.code >= 500
+    }
+}
+
+/// The Eviction API calls for pods of `namespace` in the audit log at `path`, in the order
+/// kube-apiserver received them.
+pub fn eviction_calls(path: &Path, namespace: &str) -> Vec<EvictionCall> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()));
+    let mut calls: Vec<EvictionCall> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| {
+            matches!(event["stage"].as_str(), Some("ResponseComplete" | "Panic"))
+                && event["verb"] == "create"
+                && event["objectRef"]["resource"] == "pods"
+                && event["objectRef"]["subresource"] == "eviction"
+                && event["objectRef"]["namespace"] == namespace
+        })
+        .map(|event| EvictionCall {
+            pod: event["objectRef"]["name"]
+                .as_str()
+                .expect("objectRef.name")
+                .to_string(),
+            caller: event["impersonatedUser"]["username"]
+                .as_str()
+                .or(event["user"]["username"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+            // A panicking handler leaves no status: count it as a server error.
+            code: event["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(500),
+            received: timestamp(&event["requestReceivedTimestamp"]),
+            answered: timestamp(&event["stageTimestamp"]),
+        })
+        .collect();
+    calls.sort_by_key(|c| c.received);
+    calls
+}
+
+fn timestamp(value: &serde_json::Value) -> SystemTime {
+    let text = value.as_str().expect("audit timestamp");
+    let ts: jiff::Timestamp = text
+        .parse()
+        .unwrap_or_else(|e| panic!("audit timestamp {text}: {e}"));
+    SystemTime::from(ts)
+}
+
+/// The first call that evicted its pod among those received at or after `t`.
+pub fn first_eviction_received_after(
+    calls: &[EvictionCall],
+    t: SystemTime,
+) -> Option<&EvictionCall> {
+    calls
+        .iter()
+        .filter(|c| c.evicted() && c.received >= t)
+        .min_by_key(|c| c.answered)
+}
+
+/// The first call that evicted its pod among those answered at or after `t`.
+pub fn first_eviction_answered_after(
+    calls: &[EvictionCall],
+    t: SystemTime,
+) -> Option<&EvictionCall> {
+    calls
+        .iter()
+        .filter(|c| c.evicted() && c.answered >= t)
+        .min_by_key(|c| c.answered)
+}
+
+/// The Eviction API calls of a drain, pod by pod.
+#[derive(Debug, Default)]
+pub struct EvictionLedger {
+    /// All calls.
+    pub calls: usize,
+    /// Calls by status code.
+    pub by_code: BTreeMap<u16, usize>,
+    /// Pods evicted by a call answered 2xx.
+    pub evicted: usize,
+    /// Pods evicted by a call answered 2xx more than once (impossible unless a pod was recreated).
+    pub evicted_twice: Vec<String>,
+    /// Calls received after an earlier call for the same pod had been answered 2xx: the caller
+    /// had been told the pod was evicted and evicted it again (`pod: code`).
+    pub after_evicted: Vec<String>,
+    /// Calls answered 404/409 (pod gone) that no earlier cut call (5xx) for the same pod explains.
+    pub gone_unexplained: Vec<String>,
+    /// Calls answered 404/409 after a cut call for the same pod (which had evicted it after all).
+    pub gone_after_cut: usize,
+    /// Pods whose only eviction was by calls cut short (no 2xx; the pod went away anyway).
+    pub evicted_by_cut_call: usize,
+    /// Pods of the drain that no call named.
+    pub never_called: Vec<String>,
+    /// Calls for pods that are not part of the drain.
+    pub strangers: Vec<String>,
+}
+
+impl EvictionLedger {
+    /// Sorts `calls` (as [`eviction_calls`] returns them) by pod against the drain's `pods`.
+    pub fn of(calls: &[EvictionCall], pods: &BTreeSet<String>) -> EvictionLedger {
+        let mut ledger = EvictionLedger {
+            calls: calls.len(),
+            ..Default::default()
+        };
+        let mut by_pod: BTreeMap<&str, Vec<&EvictionCall>> = BTreeMap::new();
+        for call in calls {
+            *ledger.by_code.entry(call.code).or_default() += 1;
+            if pods.contains(&call.pod) {
+                by_pod.entry(&call.pod).or_default().push(call);
+            } else {
+                ledger
+                    .strangers
+                    .push(format!("{}: {}", call.pod, call.code));
+            }
+        }
+        for pod in pods {
+            let Some(calls) = by_pod.get(pod.as_str()) else {
+                ledger.never_called.push(pod.clone());
+                continue;
+            };
+            let successes = calls.iter().filter(|c| c.evicted()).count();
+            match successes {
+                0 => ledger.evicted_by_cut_call += 1,
+                1 => ledger.evicted += 1,
+                _ => {
+                    ledger.evicted += 1;
+                    ledger.evicted_twice.push(pod.clone());
+                }
+            }
+            for (i, call) in calls.iter().enumerate() {
+                let earlier = &calls[..i];
+                if earlier
+                    .iter()
+                    .any(|e| e.evicted() && e.answered <= call.received)
+                {
+                    ledger
+                        .after_evicted
+                        .push(format!("{pod}: {} after a 2xx", call.code));
+                } else if call.pod_gone() {
+                    if earlier.iter().any(|e| e.cut()) {
+                        ledger.gone_after_cut += 1;
+                    } else {
+                        ledger
+                            .gone_unexplained
+                            .push(format!("{pod}: {}", call.code));
+                    }
+                }
+            }
+        }
+        ledger
+    }
+
+    /// Calls answered 5xx.
+    pub fn cut_calls(&self) -> usize {
+        self.by_code
+            .iter()
+            .filter(|(code, _)| **code >= 500)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Calls refused with 429: with no PodDisruptionBudget and no interceptor in the drain, that
+    /// is kube-apiserver shedding load (`Too many requests`); the call did nothing.
+    pub fn refused_calls(&self) -> usize {
+        self.by_code.get(&429).copied().unwrap_or(0)
+    }
+
+    /// Asserts what must hold after any fault: every pod of the drain was named by a call, none
+    /// was evicted twice, no call was made for a pod after a call for it had been answered 2xx,
+    /// no 404/409 without a cut call before it, and no answer other than 2xx, 404/409, 429
+    /// (kube-apiserver overloaded) and 5xx.
+    pub fn assert_each_pod_evicted_once(&self) {
+        assert!(
+            self.never_called.is_empty(),
+            "pods never evicted: {:?}",
+            self.never_called
+        );
+        assert!(
+            self.evicted_twice.is_empty(),
+            "pods evicted twice: {:?}",
+            self.evicted_twice
+        );
+        assert!(
+            self.after_evicted.is_empty(),
+            "Eviction API calls for pods already evicted: {:?}",
+            self.after_evicted
+        );
+        assert!(
+            self.gone_unexplained.is_empty(),
+            "Eviction API calls for pods already gone: {:?}",
+            self.gone_unexplained
+        );
+        let other: Vec<_> = self
+            .by_code
+            .iter()
+            .filter(|(code, _)| {
+                !(200..300).contains(*code) && ![404, 409, 429].contains(*code) && **code < 500
+            })
+            .collect();
+        assert!(other.is_empty(), "Eviction API calls answered {other:?}");
+        assert!(
+            self.strangers.is_empty(),
+            "calls for other pods: {:?}",
+            self.strangers
+        );
+    }
+}
