@@ -18,8 +18,13 @@ use super::CachedPod;
 use crate::api::{EvictionRequest, NodeMaintenance, UNSCHEDULABLE_BEFORE_ANNOTATION};
 
 /// Capacity of each change channel; a controller that lags further behind skips to the latest
-/// changes (and its periodic resync catches up).
+/// changes (and its periodic resync catches up: the eviction request controller reconciles every
+/// request every [`RESYNC`]).
 const CHANGE_BUFFER: usize = 4096;
+
+/// How often the controllers reconcile every object regardless of changes, as client-go's
+/// informers resync: whatever a lagging change stream or a lost watch skipped is caught then.
+pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// One watched resource: its store and the stream of its changes.
 pub struct Watched<K: Resource<DynamicType = ()> + 'static> {
@@ -137,21 +142,15 @@ where
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(trim)
-            .reflect(writer)
-            .touched_objects();
+            .reflect(writer);
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                // No receivers (no controller running here) is fine.
-                // The store's own copy when it holds this object (not deleted): the change
-                // buffer then shares it instead of keeping a second copy of the last
-                // CHANGE_BUFFER objects alive.
-                Ok(obj) => {
-                    let shared = stored
-                        .get(&ObjectRef::from_obj(&obj))
-                        .filter(|s| s.meta().resource_version == obj.meta().resource_version)
-                        .unwrap_or_else(|| Arc::new(obj));
-                    drop(tx.send(shared))
+                Ok(event) => {
+                    for obj in announced(&event, &stored) {
+                        // No receivers (no controller running here) is fine.
+                        drop(tx.send(obj));
+                    }
                 }
                 Err(e) => warn!(kind, error = %e, "watch error; retrying with backoff"),
             }
@@ -160,6 +159,32 @@ where
     Watched {
         store: reader,
         changes,
+    }
+}
+
+/// The objects a watch event announces to the controllers, taken from the store so that a
+/// controller finds each one there when it reconciles it (and the change buffer shares the store's
+/// copy instead of holding a second one):
+/// - an added or modified object, as stored; a deleted one, as last seen;
+/// - during a (re)list nothing: the store keeps the listed objects aside until the list is
+///   complete, and a controller handed one of them before would find nothing in the store and
+///   drop it (seen after a kube-apiserver restart: requests created meanwhile were never
+///   reconciled);
+/// - at the end of a list, every object the store now holds.
+pub fn announced<K>(event: &watcher::Event<K>, store: &Store<K>) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    match event {
+        watcher::Event::Apply(obj) => vec![
+            store
+                .get(&ObjectRef::from_obj(obj))
+                .filter(|s| s.meta().resource_version == obj.meta().resource_version)
+                .unwrap_or_else(|| Arc::new(obj.clone())),
+        ],
+        watcher::Event::Delete(obj) => vec![Arc::new(obj.clone())],
+        watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
+        watcher::Event::InitDone => store.state(),
     }
 }
 
@@ -180,4 +205,74 @@ fn trim_node(node: &mut Node) {
         ..Default::default()
     });
     node.status = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+
+    use super::*;
+    use crate::cluster::CachedPod;
+
+    fn pod(name: &str, rv: &str) -> CachedPod {
+        let mut p = CachedPod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.resource_version = Some(rv.into());
+        p
+    }
+
+    fn names(objs: &[Arc<CachedPod>]) -> Vec<String> {
+        let mut n: Vec<String> = objs.iter().map(|o| o.name().to_string()).collect();
+        n.sort();
+        n
+    }
+
+    /// Applies `event` to the store, as `reflect` does before it yields the event.
+    fn step(
+        w: &mut reflector::store::Writer<CachedPod>,
+        r: &Store<CachedPod>,
+        event: watcher::Event<CachedPod>,
+    ) -> Vec<Arc<CachedPod>> {
+        w.apply_watcher_event(&event);
+        let out = announced(&event, r);
+        for o in &out {
+            if !matches!(event, watcher::Event::Delete(_)) {
+                assert!(
+                    r.get(&ObjectRef::from_obj(o.as_ref())).is_some(),
+                    "announced before stored"
+                );
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn listed_objects_are_announced_once_the_store_holds_them() {
+        let (r, mut w) = reflector::store::<CachedPod>();
+        assert!(step(&mut w, &r, watcher::Event::Init).is_empty());
+        assert!(step(&mut w, &r, watcher::Event::InitApply(pod("a", "1"))).is_empty());
+        assert!(step(&mut w, &r, watcher::Event::InitApply(pod("b", "1"))).is_empty());
+        assert_eq!(
+            names(&step(&mut w, &r, watcher::Event::InitDone)),
+            ["a", "b"]
+        );
+        // A change: the store's own copy.
+        let changed = step(&mut w, &r, watcher::Event::Apply(pod("a", "2")));
+        assert_eq!(changed[0].metadata.resource_version.as_deref(), Some("2"));
+        assert!(Arc::ptr_eq(
+            &changed[0],
+            &r.get(&ObjectRef::new("a").within("ns")).unwrap()
+        ));
+        // A relist (after a lost watch) that brings a new object and drops a deleted one.
+        assert!(step(&mut w, &r, watcher::Event::Init).is_empty());
+        assert!(step(&mut w, &r, watcher::Event::InitApply(pod("a", "3"))).is_empty());
+        assert!(step(&mut w, &r, watcher::Event::InitApply(pod("c", "3"))).is_empty());
+        assert_eq!(
+            names(&step(&mut w, &r, watcher::Event::InitDone)),
+            ["a", "c"]
+        );
+        let gone = step(&mut w, &r, watcher::Event::Delete(pod("a", "4")));
+        assert_eq!(names(&gone), ["a"]);
+    }
 }

@@ -9,7 +9,7 @@ mod pod;
 mod view;
 
 pub use authz::Authorizer;
-pub use cache::{Caches, Watched};
+pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, prepare};
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
 pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, StaticView};

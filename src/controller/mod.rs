@@ -12,6 +12,7 @@ pub mod own_writes;
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
@@ -47,6 +48,16 @@ pub(crate) fn requeue_after_error(
         tracing::warn!(%error, controller, "reconcile failed; retrying");
         kube::runtime::controller::Action::requeue(Duration::from_secs(2))
     }
+}
+
+/// A tick at once, then one every [`crate::cluster::RESYNC`]: the controllers reconcile
+/// every object on each.
+pub(crate) fn resync_ticks() -> impl futures::Stream<Item = ()> + Send + 'static {
+    let period = crate::cluster::RESYNC;
+    futures::stream::once(async {}).chain(futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(period).await;
+        Some(((), ()))
+    }))
 }
 
 fn reporter() -> Reporter {
@@ -97,6 +108,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 ..Default::default()
             },
             events: events.clone(),
+            stop: term.clone(),
             eviction: Default::default(),
             own_writes: Default::default(),
             evicted_pods: Default::default(),

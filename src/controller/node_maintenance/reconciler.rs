@@ -135,7 +135,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             caches.eviction_requests.changes(),
             move |r: Arc<EvictionRequest>| for_request(&c4, &r),
         )
-        .reconcile_all_on(futures::stream::once(async {}))
+        .reconcile_all_on(crate::controller::resync_ticks())
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
