@@ -13,6 +13,7 @@ use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType};
 
 use crate::controller::events::EventQueue;
+use crate::controller::resync_ticks;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
@@ -60,6 +61,9 @@ pub struct Context {
     pub settings: DecideSettings,
     /// Events, written off the reconcile path.
     pub events: EventQueue,
+    /// Cancelled when this replica stops leading: a reconcile still running then makes no new
+    /// Eviction API call (the next leader does).
+    pub stop: CancellationToken,
     /// Eviction API (version discovered once).
     pub eviction: EvictionApi,
     /// Writes of this controller the cache has not shown yet.
@@ -87,8 +91,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     caches.wait_synced().await;
     let requests = caches.eviction_requests.store().clone();
     let gauges = tokio::spawn(refresh_gauges(ctx.clone(), shutdown.clone()));
-    // Existing requests are reconciled once at start; afterwards changes trigger reconciles.
-    let initial = futures::stream::once(async {});
+    // Existing requests are reconciled at start and every RESYNC (what a lagging change
+    // stream skipped); otherwise changes trigger reconciles.
+    let initial = resync_ticks();
     Controller::for_shared_stream(caches.eviction_requests.changes(), requests)
         .watches_shared_stream(caches.pods.changes(), |pod| {
             Some(ObjectRef::<EvictionRequest>::new(pod.uid()).within(pod.namespace()))
@@ -181,6 +186,10 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         uid,
     }) = &decision.action
     {
+        if ctx.stop.is_cancelled() {
+            debug!("no longer leading; leaving the eviction to the next leader");
+            return Ok(Requeue::await_change());
+        }
         let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
         if outcome == super::EvictionOutcome::Evicted {
             ctx.evicted_pods.record(&pod_key, pod_version.as_deref());
