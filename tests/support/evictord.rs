@@ -18,6 +18,12 @@ use super::control_plane::{TestCluster, free_port, kill_on_exit, tail};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_evictord");
 
+/// The `evictord serve` the tests and benchmarks start: this build, or another one named by
+/// `EVICTORD_BIN` (the benchmarks compare an older build on the same machine with it).
+pub fn serve_bin() -> String {
+    std::env::var("EVICTORD_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// A running `evictord serve`.
 pub struct Evictord {
     child: Option<Child>,
@@ -280,7 +286,7 @@ impl Evictord {
             .unwrap_or_else(|| c.dir.join(format!("evictord-certs-{webhook_port}")));
         let kubeconfig = opts.kubeconfig.unwrap_or_else(|| c.kubeconfig.clone());
         let log = c.dir.join(format!("evictord-{webhook_port}.log"));
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(serve_bin());
         cmd.arg("serve")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
