@@ -8,17 +8,18 @@ use crate::loadgen::median;
 use crate::report::Report;
 use crate::webhook::ServerRun;
 
-/// Figures recorded before issue 17's changes (README "Performance", the full `make bench` of
-/// 2026-11-22 on the two-core machine), for the goals that say "unchanged" or "up" and when no
-/// baseline binary was measured in the same run.
+/// Figures of the build before issue 17's changes (README "Performance": that build measured on
+/// 2026-11-23 on the two-core AMD EPYC machine, with `EVICTORD_BIN` and as the
+/// `EVICTORD_BENCH_BASELINE` of the same run), for the goals that say "unchanged" or "up" when no
+/// baseline binary is measured in the run. Another machine needs its own baseline run.
 pub mod recorded {
     /// Idle RSS of `evictord serve` (connected, empty caches), MiB.
-    pub const IDLE_RSS_MIB: f64 = 16.5;
-    /// Drain of 100 nodes × 110 pods, evictions/s (median of 3).
-    pub const DRAIN_EVICTIONS_PER_SECOND: f64 = 93.0;
+    pub const IDLE_RSS_MIB: f64 = 18.3;
+    /// Drain of 100 nodes × 110 pods, evictions/s (one run).
+    pub const DRAIN_EVICTIONS_PER_SECOND: f64 = 59.0;
     /// The drain size those evictions/s were measured at.
     pub const DRAIN_PODS: usize = 100 * 110;
-    pub const DATE: &str = "2026-11-22";
+    pub const DATE: &str = "2026-11-23";
 }
 
 /// How far idle RSS may move and still count as unchanged (machine noise is about this).
