@@ -369,3 +369,158 @@ pub fn seconds(from: SystemTime, to: SystemTime) -> f64 {
         Err(e) => -e.duration().as_secs_f64(),
     }
 }
+
+/// What a fault test observed: a drain of [`FAULT_PODS`] pods on one node by a leader and a
+/// standby, a fault injected once a third were evicted, the drain left to finish.
+pub struct FaultRun {
+    pub c: &'static TestCluster,
+    pub ns: String,
+    pub leader: Evictord,
+    pub standby: Evictord,
+    /// Pods left when the fault was injected.
+    pub left_at_fault: usize,
+    /// Drain start → every pod evicted.
+    pub drained_after: Duration,
+    pub calls: Vec<EvictionCall>,
+    pub ledger: super::audit::EvictionLedger,
+    pub out_of_leadership: CallsOutOfLeadership,
+    pub requests: usize,
+    pub requests_evicted: usize,
+    pub finished_by_kubelet: usize,
+    pub running: (bool, bool),
+    pub ready: (bool, bool),
+}
+
+/// Pods drained by [`drain_through_fault`].
+pub const FAULT_PODS: usize = 500;
+
+/// Runs a drain of [`FAULT_PODS`] pods (lease 15 s) in a namespace `ns_prefix`-…, calls `fault`
+/// once a third are evicted, and waits (bounded) until every pod is evicted, the maintenance is
+/// Drained and every request ended; returns what was observed and what `fault` returned.
+pub async fn drain_through_fault<T, Fut>(
+    ns_prefix: &str,
+    reason: &str,
+    fault: impl FnOnce(&'static TestCluster) -> Fut,
+) -> (FaultRun, T)
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let c = super::control_plane::cluster_with_eviction_audit().await;
+    super::evictord::install_crds(c).await;
+    let client = c.client().await;
+    let ns = c.namespace(ns_prefix).await;
+    let (mut leader, mut standby) =
+        leader_and_standby(c, &ns, Duration::from_secs(15), "evictord-chaos").await;
+    let names = pods_on_node(&client, &ns, "chaos-n1", ("chaos", "drain"), FAULT_PODS).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(remaining(&pods).await, FAULT_PODS);
+    let finished_by_kubelet = Arc::new(AtomicUsize::new(0));
+    let kubelet = kubelet_finishing_deletions(pods.clone(), finished_by_kubelet.clone());
+
+    let drain_started = start_drain(&client, "chaos-drain", ("chaos", "drain"), reason).await;
+    until_remaining_at_most(
+        &pods,
+        FAULT_PODS * 2 / 3,
+        Duration::from_secs(600),
+        "a third of the pods evicted",
+    )
+    .await;
+    let left_at_fault = remaining(&pods).await;
+    let injected = fault(c).await;
+
+    // A drain of this size finishes about 30 s after the fault; four minutes means it stalled.
+    until_every_pod_evicted(&client, &ns, Duration::from_secs(240)).await;
+    let drained_after = drain_started.elapsed();
+    until_drained(&client, "chaos-drain", Duration::from_secs(120)).await;
+    let requests = every_request_ended(&client, &ns, FAULT_PODS, Duration::from_secs(120)).await;
+    kubelet.abort();
+    let running = (leader.running(), standby.running());
+    let ready = (
+        super::evictord::readyz_within(leader.probe_port, Duration::from_secs(60)).await,
+        super::evictord::readyz_within(standby.probe_port, Duration::from_secs(60)).await,
+    );
+    let audit = c.eviction_audit.as_ref().expect("audit log");
+    let calls = super::audit::eviction_calls(audit, &ns);
+    let ledger = super::audit::EvictionLedger::of(&calls, &names);
+    let out_of_leadership = CallsOutOfLeadership::of(&calls, &[&leader, &standby]);
+    let run = FaultRun {
+        c,
+        ns,
+        left_at_fault,
+        drained_after,
+        ledger,
+        out_of_leadership,
+        requests: requests.len(),
+        requests_evicted: evicted(&requests),
+        finished_by_kubelet: finished_by_kubelet.load(Ordering::SeqCst),
+        running,
+        ready,
+        calls,
+        leader,
+        standby,
+    };
+    (run, injected)
+}
+
+impl FaultRun {
+    /// The figures every fault reports, for README "Reliability".
+    pub fn figures(&self) -> String {
+        let l = &self.ledger;
+        let leadership =
+            |needle| log_count(&self.leader, needle) + log_count(&self.standby, needle);
+        format!(
+            "drain done in {:.1} s; Eviction API calls {} by code {:?}: pods evicted by a 2xx {}, \
+             by a cut call only {}, never {}, twice {}; calls after a 2xx for the pod {}, 404/409 \
+             after a cut call {}, unexplained {}; pods left terminating (finished by the test's \
+             kubelet): {}; requests Evicted {}/{}; leadership acquired {} times, lost {} times; \
+             Eviction API calls by a replica while the other led {} {:?}, after it had lost \
+             leadership {}; refused 429 {}",
+            self.drained_after.as_secs_f64(),
+            l.calls,
+            l.by_code,
+            l.evicted,
+            l.evicted_by_cut_call,
+            l.never_called.len(),
+            l.evicted_twice.len(),
+            l.after_evicted.len(),
+            l.gone_after_cut,
+            l.gone_unexplained.len(),
+            self.finished_by_kubelet,
+            self.requests_evicted,
+            self.requests,
+            leadership(LEADING),
+            leadership(LOST),
+            self.out_of_leadership.while_another_led.len(),
+            self.out_of_leadership.while_another_led,
+            self.out_of_leadership.after_own_loss.len(),
+            l.refused_calls(),
+        )
+    }
+
+    /// What every fault must leave: the fault came mid-drain, each pod evicted exactly once, no
+    /// call by a deposed leader, every request Evicted, both replicas running and ready.
+    pub async fn assert_recovered(self, fault: &str) {
+        assert!(
+            self.left_at_fault < FAULT_PODS && self.left_at_fault > 0,
+            "{fault} mid-drain"
+        );
+        self.ledger.assert_each_pod_evicted_once();
+        assert!(
+            self.out_of_leadership.while_another_led.is_empty(),
+            "Eviction API calls by a deposed leader while its successor led: {:?}",
+            self.out_of_leadership.while_another_led
+        );
+        assert_eq!(self.requests_evicted, FAULT_PODS, "every request Evicted");
+        assert_eq!(
+            self.running,
+            (true, true),
+            "both evictord processes still running"
+        );
+        assert_eq!(
+            self.ready,
+            (true, true),
+            "both evictord processes ready again"
+        );
+        self.c.delete_namespace(&self.ns).await;
+    }
+}
