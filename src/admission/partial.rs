@@ -9,7 +9,6 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::NamespaceResourceScope;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -21,9 +20,14 @@ pub trait InterceptorAnnotation {
     fn interceptor_annotation(&self) -> Option<&str>;
 }
 
-impl InterceptorAnnotation for crate::cluster::CachedPod {
+/// Any object carries it in its metadata: the cached pod, the partial pod.
+impl<K: kube::Resource> InterceptorAnnotation for K {
     fn interceptor_annotation(&self) -> Option<&str> {
-        crate::cluster::CachedPod::interceptor_annotation(self)
+        self.meta()
+            .annotations
+            .as_ref()?
+            .get(INTERCEPTORS_ANNOTATION)
+            .map(String::as_str)
     }
 }
 
@@ -130,39 +134,4 @@ fn interceptor_annotation_only<'de, D: Deserializer<'de>>(
     d.deserialize_option(Annotations)
 }
 
-impl InterceptorAnnotation for AdmittedPod {
-    fn interceptor_annotation(&self) -> Option<&str> {
-        self.metadata
-            .annotations
-            .as_ref()?
-            .get(INTERCEPTORS_ANNOTATION)
-            .map(String::as_str)
-    }
-}
-
-impl kube::Resource for AdmittedPod {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::cluster::pod_resource!(AdmittedPod);

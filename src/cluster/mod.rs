@@ -11,5 +11,6 @@ mod view;
 pub use authz::Authorizer;
 pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, prepare};
+pub(crate) use pod::pod_resource;
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
 pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, StaticView};

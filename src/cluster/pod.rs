@@ -2,11 +2,9 @@
 //! and cached in this form so that a large cluster costs little memory: the rest of the pod
 //! (containers, volumes, status details, managed fields) is skipped while decoding.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::core::NamespaceResourceScope;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::api::{INTERCEPTORS_ANNOTATION, MIRROR_POD_ANNOTATION, PodType, parse_interceptor_list};
@@ -201,32 +199,43 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-impl kube::Resource for CachedPod {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+/// `kube::Resource` for a type standing for core/v1 Pod with a `metadata: ObjectMeta` field (the
+/// cached pod, the admission webhook's partial pod).
+macro_rules! pod_resource {
+    ($t:ty) => {
+        impl kube::Resource for $t {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                "Pod".into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "".into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn api_version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                "pods".into()
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use pod_resource;
+
+pod_resource!(CachedPod);
 
 impl CachedPod {
     /// Drops every metadata field that no decision reads, before the pod enters a cache.
