@@ -123,11 +123,44 @@ fn start_controller_manager(c: &TestCluster) {
     kill_on_exit(kcm.id());
 }
 
+/// A loopback port that is free now and that no earlier call in this process returned.
+///
+/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`), so the outgoing
+/// connections of the processes under test (each takes an ephemeral local port) cannot take one
+/// between this call and the server's bind. Each port is handed out once per process: two calls
+/// asking the kernel for "any free port" could get the same one back, and a server given the same
+/// port for its webhook and its probes fails to start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let low = ephemeral_low().clamp(11_000, 65_000);
+    let span = u32::from(low - 10_000);
+    let seed = std::process::id()
+        ^ SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let mut x = seed | 1;
+    for _ in 0..1000 {
+        // xorshift32: a different sequence per process, so parallel test processes rarely meet.
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let port = 10_000 + (x % span) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port below {low} after 1000 tries")
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 fn assets() -> PathBuf {
