@@ -171,9 +171,9 @@ fn check(request: &EvictionRequest, decision: &Decision, expect: Expect) {
 #[case::step8_first_act_starts_and_evicts(
     request("uid").targets(&[]).active(IMP).activated(IMP, t(5)).build(), Some(pod("p").build()), t(6),
     Expect { written: true, active: Some(&[IMP]), evict: true, requeue: Some(600), ..E })]
-#[case::step8_terminating_pod_waits(
+#[case::step8_terminating_pod_waits_without_a_write_of_its_own(
     request("uid").targets(&[]).active(IMP).started(IMP, t(5)).build(), Some(pod("p").terminating().build()), t(6),
-    Expect { written: true, requeue: Some(599), ..E })]
+    Expect { requeue: Some(599), ..E })]
 #[case::step8_daemonset_pod_is_not_evicted(
     request("uid").targets(&[]).active(IMP).started(IMP, t(5)).build(), Some(pod("p").daemonset().build()), t(6),
     Expect { written: true, requeue: Some(599), ..E })]
@@ -373,7 +373,6 @@ fn step8_first_act_sets_start_and_heartbeat_and_evicts_with_uid_precondition() {
 #[rstest]
 #[case::daemonset(pod("p").daemonset().build(), UNSUPPORTED)]
 #[case::mirror(pod("p").mirror().build(), UNSUPPORTED)]
-#[case::terminating(pod("p").terminating().build(), "Pod ns/p is terminating; waiting for it to be deleted.")]
 fn step8_waiting_messages(#[case] p: CachedPod, #[case] message: &str) {
     let r = request("uid")
         .targets(&[])
@@ -494,4 +493,29 @@ fn a_switch_is_one_event_naming_both_interceptors() {
             "Interceptor a.b completed; interceptor c.d selected (2 of 3)."
         )]
     );
+}
+
+const TERMINATING: &str = "Pod ns/p is terminating; waiting for it to be deleted.";
+
+/// A terminating pod's message rides along with a status write made anyway (first sight, a due
+/// heartbeat) and never makes one of its own: the pod goes from `deletionTimestamp` to gone in
+/// two watch events even with a zero grace period, and a write between them is one too many.
+#[rstest]
+#[case::with_first_sight(request("uid").build(), t(6), Some(TERMINATING))]
+#[case::with_a_due_heartbeat(request("uid").targets(&[]).active(IMP).started(IMP, t(0)).build(), t(5000), Some(TERMINATING))]
+#[case::alone_it_is_not_written(request("uid").targets(&[]).active(IMP).started(IMP, t(5)).build(), t(6), None)]
+fn step8_terminating_message_rides_along(
+    #[case] r: EvictionRequest,
+    #[case] now: Timestamp,
+    #[case] message: Option<&str>,
+) {
+    let d = decide(&r, Some(&pod("p").terminating().build()), now, &settings());
+    assert_eq!(d.action, None);
+    let written = d
+        .status
+        .as_ref()
+        .and_then(|s| s.interceptor(IMP))
+        .and_then(|i| i.message.as_deref());
+    assert_eq!(written, message);
+    assert_eq!(d.status.is_some(), message.is_some());
 }

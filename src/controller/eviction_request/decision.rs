@@ -289,6 +289,14 @@ impl<'a> Draft<'a> {
         self.event(type_, event, message);
     }
 
+    /// Whether the status as drafted so far differs from the request's (a write will be made).
+    pub fn writes_status(&self) -> bool {
+        match &self.request.status {
+            Some(current) => *current != self.status,
+            None => self.status != EvictionRequestStatus::default(),
+        }
+    }
+
     /// Seals the draft: the status only when it changed, the requeue relative to the clock.
     pub fn finish(self) -> Decision {
         let current = self.request.status.clone().unwrap_or_default();
