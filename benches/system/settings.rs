@@ -14,7 +14,7 @@
 //! | `EVICTORD_BENCH_H2_CONNECTIONS` | `4` | HTTP/2 connections, at saturation and in the fixed-rate pool |
 //! | `EVICTORD_BENCH_H2_STREAMS` | `8` | concurrent HTTP/2 streams per connection (4 × 8 = 32 requests in flight) |
 //! | `EVICTORD_BENCH_BASELINE` | unset | path of another `evictord` binary (e.g. a build of an older commit) measured in the webhook part like evictord, and for idle RSS in the memory part: the report's third column |
-//! | `EVICTORD_BENCH_PROFILE` | `1` | `0`: no `perf` profile of evictord (one extra HTTP/2 saturation run per body when `perf` works) |
+//! | `EVICTORD_BENCH_PROFILE` | `1` | `0`: no `perf` profile of evictord (one extra HTTP/2 saturation run per body when `perf` works); `keep`: record call graphs with DWARF unwinding, keep `perf-<body>.data` next to the report for `perf report`, and add the inclusive (children) view of evictord's own functions |
 //! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
@@ -46,6 +46,8 @@ pub struct Settings {
     pub h2_streams: usize,
     pub baseline: Option<PathBuf>,
     pub profile: bool,
+    /// `EVICTORD_BENCH_PROFILE=keep`: DWARF call graphs, data kept, inclusive view.
+    pub profile_keep: bool,
     pub warmup: Duration,
     pub saturation_time: Duration,
     pub fixed_rate_time: Duration,
@@ -103,6 +105,7 @@ impl Settings {
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
         let profile = var("EVICTORD_BENCH_PROFILE", "1") != "0";
+        let profile_keep = var("EVICTORD_BENCH_PROFILE", "1") == "keep";
         let saturation_time = Duration::from_secs_f64(var("EVICTORD_BENCH_SECONDS", "4").parse()?);
         let fixed_rate_time =
             Duration::from_secs_f64(var("EVICTORD_BENCH_RATE_SECONDS", "3").parse()?);
@@ -154,6 +157,7 @@ impl Settings {
             h2_streams,
             baseline,
             profile,
+            profile_keep,
             warmup: Duration::from_secs(1),
             saturation_time,
             fixed_rate_time,

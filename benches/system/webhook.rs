@@ -572,21 +572,23 @@ fn paranoid() -> String {
 /// `perf report` of `data` with the columns `fields`, rows over `limit` percent, comment and
 /// blank lines dropped, at most `lines`.
 fn perf_report(data: &Path, fields: &str, limit: &str, lines: usize) -> Result<String, String> {
+    perf_report_with(data, &["--no-children", "-F", fields], limit, lines)
+}
+
+/// `perf report` of `data` with `view` (e.g. `--children` and columns), as [`perf_report`].
+fn perf_report_with(
+    data: &Path,
+    view: &[&str],
+    limit: &str,
+    lines: usize,
+) -> Result<String, String> {
     // `-F` alone (no `--sort`) keeps the rows ordered by overhead.
     let out = Command::new("perf")
         .arg("report")
         .arg("-i")
         .arg(data)
-        .args([
-            "--stdio",
-            "--no-children",
-            "-g",
-            "none",
-            "--percent-limit",
-            limit,
-            "-F",
-            fields,
-        ])
+        .args(["--stdio", "-g", "none", "--percent-limit", limit])
+        .args(view)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("perf report: {e}"))?;
@@ -636,7 +638,16 @@ async fn profile(
         p.error = Some(e);
         return p;
     }
-    let data = scratch.join(format!("perf-{}.data", body.name()));
+    let data = if s.profile_keep {
+        report_dir.join(format!("perf-{}.data", body.name()))
+    } else {
+        scratch.join(format!("perf-{}.data", body.name()))
+    };
+    let call_graph = if s.profile_keep {
+        ["--call-graph", "dwarf,16384"]
+    } else {
+        ["--call-graph", "fp"]
+    };
     let run = {
         let (target, bodies) = (target.clone(), body.bodies(creates));
         let (workers, warmup, time) = (
@@ -651,7 +662,9 @@ async fn profile(
     // The load generator opens its connections, then warms up; perf covers the measured window.
     tokio::time::sleep(s.warmup).await;
     let record = tokio::process::Command::new("perf")
-        .args(["record", "-F", "999", "-g", "-p", &pid.to_string(), "-o"])
+        .args(["record", "-F", "999"])
+        .args(call_graph)
+        .args(["-p", &pid.to_string(), "-o"])
         .arg(&data)
         .args([
             "--",
@@ -691,7 +704,25 @@ async fn profile(
     }
     let by_dso = perf_report(&data, "overhead,dso", "1.5", 15);
     let by_symbol = perf_report(&data, "overhead,dso,sym", "0.5", PROFILE_LINES);
-    let _ = std::fs::remove_file(&data);
+    let inclusive = if s.profile_keep {
+        let view = [
+            "--children",
+            "--dsos",
+            "evictord",
+            "-F",
+            "children,overhead,sym",
+        ];
+        match perf_report_with(&data, &view, "1", 80) {
+            Ok(t) => format!(
+                "\n== evictord's functions with their callees (children), kept data: {} ==\n{t}",
+                data.display()
+            ),
+            Err(e) => format!("\n== inclusive view failed: {e} ==\n"),
+        }
+    } else {
+        let _ = std::fs::remove_file(&data);
+        String::new()
+    };
     let (by_dso, by_symbol) = match (by_dso, by_symbol) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -702,14 +733,15 @@ async fn profile(
     let file = format!("profile-{}.txt", body.name());
     let text = format!(
         "perf profile of evictord (pid {pid}) saturated with {} over {}: {} connections x {} streams, closed loop, {:.0} req/s during the profile\n\
-         perf record -F 999 -g -p {pid} -- sleep {:.1}   (after {:.0} s of warm-up; self time, samples of every thread)\n\
+         perf record -F 999 --call-graph {} -p {pid} -- sleep {:.1}   (after {:.0} s of warm-up; self time, samples of every thread)\n\
          perf report --stdio --no-children -g none -F overhead,dso[,sym] --percent-limit 1.5 (objects) / 0.5 (symbols)   (lines over {PROFILE_WIDTH} characters cut)\n\n\
-         == by shared object ==\n{by_dso}\n== hottest symbols (at most {PROFILE_LINES}) ==\n{by_symbol}",
+         == by shared object ==\n{by_dso}\n== hottest symbols (at most {PROFILE_LINES}) ==\n{by_symbol}{inclusive}",
         body.name(),
         target.protocol.label(),
         saturation_workers(s, target.protocol).0,
         saturation_workers(s, target.protocol).1,
         p.requests_per_second.unwrap_or(f64::NAN),
+        call_graph[1],
         s.saturation_time.as_secs_f64(),
         s.warmup.as_secs_f64(),
     );
