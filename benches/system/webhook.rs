@@ -705,13 +705,7 @@ async fn profile(
     let by_dso = perf_report(&data, "overhead,dso", "1.5", 15);
     let by_symbol = perf_report(&data, "overhead,dso,sym", "0.5", PROFILE_LINES);
     let inclusive = if s.profile_keep {
-        let view = [
-            "--children",
-            "--dsos",
-            "evictord",
-            "-F",
-            "children,overhead,sym",
-        ];
+        let view = ["--children", "--dsos", "evictord", "--sort", "sym"];
         match perf_report_with(&data, &view, "1", 80) {
             Ok(t) => format!(
                 "\n== evictord's functions with their callees (children), kept data: {} ==\n{t}",
