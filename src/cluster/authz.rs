@@ -9,6 +9,7 @@
 //! none at all) is the object itself asked about, and that answer is the verdict.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,89 @@ const MAX_ENTRIES: usize = 10_000;
 /// Asks kube-apiserver whether a user may do something.
 pub struct Authorizer {
     client: Client,
-    cache: Mutex<HashMap<String, (Authorization, Instant)>>,
+    cache: Mutex<Verdicts>,
+}
+
+/// Which object a check asks about: the one it names, or every object of its resource in its
+/// namespace ([`namespace_wide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    Named,
+    Wide,
+}
+
+/// Fresh verdicts by check. A lookup neither allocates nor formats: checks are hashed field by
+/// field into buckets and compared in full, so two checks share a verdict only when equal.
+#[derive(Default)]
+struct Verdicts {
+    hasher: RandomState,
+    buckets: HashMap<u64, Vec<(AccessCheck, Authorization, Instant)>>,
+    len: usize,
+}
+
+impl Verdicts {
+    fn hash(&self, check: &AccessCheck, scope: Scope) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        let u = &check.user;
+        (&u.username, &u.uid, &u.groups).hash(&mut h);
+        if let Some(extra) = &u.extra {
+            for (k, v) in extra {
+                (k, v).hash(&mut h);
+            }
+        }
+        (check.verb, check.group, check.resource, &check.namespace).hash(&mut h);
+        match scope {
+            Scope::Named => check.name.hash(&mut h),
+            Scope::Wide => None::<String>.hash(&mut h),
+        }
+        h.finish()
+    }
+
+    fn get(
+        &self,
+        check: &AccessCheck,
+        scope: Scope,
+    ) -> Option<&(AccessCheck, Authorization, Instant)> {
+        self.buckets
+            .get(&self.hash(check, scope))?
+            .iter()
+            .find(|(stored, _, _)| same(stored, check, scope))
+    }
+
+    fn insert(&mut self, check: &AccessCheck, scope: Scope, verdict: Authorization) {
+        if self.len >= MAX_ENTRIES {
+            self.buckets.clear();
+            self.len = 0;
+        }
+        let key = self.hash(check, scope);
+        let bucket = self.buckets.entry(key).or_default();
+        let before = bucket.len();
+        bucket.retain(|(stored, _, _)| !same(stored, check, scope));
+        self.len -= before - bucket.len();
+        let stored = match scope {
+            Scope::Named => check.clone(),
+            Scope::Wide => AccessCheck {
+                name: None,
+                ..check.clone()
+            },
+        };
+        bucket.push((stored, verdict, Instant::now()));
+        self.len += 1;
+    }
+}
+
+/// Whether `stored` is `check` asked about `scope`.
+fn same(stored: &AccessCheck, check: &AccessCheck, scope: Scope) -> bool {
+    let name_matches = match scope {
+        Scope::Named => stored.name == check.name,
+        Scope::Wide => stored.name.is_none(),
+    };
+    name_matches
+        && stored.verb == check.verb
+        && stored.group == check.group
+        && stored.resource == check.resource
+        && stored.namespace == check.namespace
+        && stored.user == check.user
 }
 
 impl Authorizer {
@@ -36,7 +119,7 @@ impl Authorizer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Verdicts::default()),
         }
     }
 
@@ -45,27 +128,36 @@ impl Authorizer {
     /// # Errors
     /// When the SubjectAccessReview cannot be created.
     pub async fn check(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
-        if let Some(wide) = namespace_wide(check)
-            && self.cached_or_reviewed(&wide).await? == Authorization::Allowed
+        if check.name.is_some()
+            && self.cached_or_reviewed(check, Scope::Wide).await? == Authorization::Allowed
         {
             return Ok(Authorization::Allowed);
         }
-        self.cached_or_reviewed(check).await
+        self.cached_or_reviewed(check, Scope::Named).await
     }
 
-    async fn cached_or_reviewed(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
-        let key = format!("{check:?}");
-        if let Some((verdict, at)) = self.cache.lock().ok().and_then(|c| c.get(&key).cloned())
-            && at.elapsed() < TTL
-        {
+    async fn cached_or_reviewed(
+        &self,
+        check: &AccessCheck,
+        scope: Scope,
+    ) -> Result<Authorization, kube::Error> {
+        let cached = self.cache.lock().ok().and_then(|c| {
+            c.get(check, scope)
+                .filter(|(_, _, at)| at.elapsed() < TTL)
+                .map(|(_, verdict, _)| verdict.clone())
+        });
+        if let Some(verdict) = cached {
             return Ok(verdict);
         }
-        let verdict = self.review(check).await?;
-        if let Ok(mut cache) = self.cache.lock() {
-            if cache.len() >= MAX_ENTRIES {
-                cache.clear();
+        let verdict = match scope {
+            Scope::Named => self.review(check).await?,
+            Scope::Wide => {
+                self.review(&namespace_wide(check).unwrap_or_else(|| check.clone()))
+                    .await?
             }
-            cache.insert(key, (verdict.clone(), Instant::now()));
+        };
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(check, scope, verdict.clone());
         }
         Ok(verdict)
     }
@@ -116,6 +208,7 @@ pub fn namespace_wide(check: &AccessCheck) -> Option<AccessCheck> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::authentication::v1::UserInfo;
     use rstest::rstest;
 
     use super::*;
@@ -129,6 +222,93 @@ mod tests {
             namespace: namespace.map(String::from),
             name: name.map(String::from),
         }
+    }
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            username: Some(name.into()),
+            groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn by(user: UserInfo, check: AccessCheck) -> AccessCheck {
+        AccessCheck { user, ..check }
+    }
+
+    /// A verdict is reused only for an equal check: every field of the user and of the
+    /// resource counts, and a namespace-wide verdict answers only the namespace-wide question.
+    #[rstest]
+    #[case::the_same_check(check(Some("shop"), Some("web-1")), Scope::Named, true)]
+    #[case::another_pod(check(Some("shop"), Some("web-2")), Scope::Named, false)]
+    #[case::another_namespace(check(Some("bar"), Some("web-1")), Scope::Named, false)]
+    #[case::another_user(by(user("bob", &["dev"]), check(Some("shop"), Some("web-1"))), Scope::Named, false)]
+    #[case::another_group(by(user("alice", &["ops"]), check(Some("shop"), Some("web-1"))), Scope::Named, false)]
+    #[case::another_verb(AccessCheck { verb: "get", ..check(Some("shop"), Some("web-1")) }, Scope::Named, false)]
+    #[case::the_wide_question_is_another_one(
+        check(Some("shop"), Some("web-1")),
+        Scope::Wide,
+        false
+    )]
+    fn verdicts_are_reused_only_for_equal_checks(
+        #[case] asked: AccessCheck,
+        #[case] scope: Scope,
+        #[case] reused: bool,
+    ) {
+        let alice = |c| by(user("alice", &["dev"]), c);
+        let mut v = Verdicts::default();
+        v.insert(
+            &alice(check(Some("shop"), Some("web-1"))),
+            Scope::Named,
+            Authorization::Allowed,
+        );
+        let asked = if asked.user == UserInfo::default() {
+            alice(asked)
+        } else {
+            asked
+        };
+        assert_eq!(v.get(&asked, scope).is_some(), reused);
+    }
+
+    #[test]
+    fn a_wide_verdict_answers_the_wide_question_of_every_pod_of_the_namespace() {
+        let mut v = Verdicts::default();
+        v.insert(
+            &check(Some("shop"), Some("web-1")),
+            Scope::Wide,
+            Authorization::Allowed,
+        );
+        let stored = v
+            .get(&check(Some("shop"), Some("web-2")), Scope::Wide)
+            .unwrap();
+        assert_eq!(stored.0, check(Some("shop"), None));
+        assert!(v.get(&check(Some("shop"), None), Scope::Named).is_some());
+        assert!(
+            v.get(&check(Some("bar"), Some("web-2")), Scope::Wide)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_new_verdict_replaces_the_old_and_the_cache_stays_bounded() {
+        let mut v = Verdicts::default();
+        let c = check(Some("shop"), Some("web-1"));
+        v.insert(&c, Scope::Named, Authorization::Allowed);
+        v.insert(&c, Scope::Named, Authorization::Denied("no".into()));
+        assert_eq!(v.len, 1);
+        assert_eq!(
+            v.get(&c, Scope::Named).unwrap().1,
+            Authorization::Denied("no".into())
+        );
+        for i in 0..MAX_ENTRIES + 5 {
+            v.insert(
+                &check(Some("shop"), Some(&format!("p{i}"))),
+                Scope::Named,
+                Authorization::Allowed,
+            );
+        }
+        assert!(v.len <= MAX_ENTRIES);
+        assert_eq!(v.len, v.buckets.values().map(Vec::len).sum::<usize>());
     }
 
     #[rstest]
