@@ -299,9 +299,8 @@ impl<'a> Draft<'a> {
 
     /// Seals the draft: the status only when it changed, the requeue relative to the clock.
     pub fn finish(self) -> Decision {
-        let current = self.request.status.clone().unwrap_or_default();
         Decision {
-            status: (self.status != current).then_some(self.status),
+            status: self.writes_status().then_some(self.status),
             labels: self.labels,
             events: self.events,
             action: self.action,
