@@ -20,9 +20,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use evictord::admission::Settings;
 use evictord::admission::http::{decode, review_request};
 use evictord::admission::offline::view_from_objects;
-use evictord::admission::partial::AdmittedPod;
+use evictord::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
 use evictord::admission::webhooks::{VALIDATE_EVICTION_REQUESTS, VALIDATE_PODS};
-use evictord::api::EvictionRequest;
 use evictord::cluster::StaticView;
 use fixture::*;
 use jiff::Timestamp;
@@ -65,7 +64,7 @@ fn review_eviction_request(
     settings: &Settings,
     now: Timestamp,
 ) -> bool {
-    let req = decode::<EvictionRequest>(JSON, body).expect("decodes");
+    let req = decode::<AdmittedEvictionRequest>(JSON, body).expect("decodes");
     let verdict = (VALIDATE_EVICTION_REQUESTS.review)(&review_request(&req, now), view, settings);
     verdict.allowed()
 }

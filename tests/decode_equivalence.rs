@@ -4,18 +4,36 @@
 //! annotation values, updates) is decoded both ways and must get the same answer — the same
 //! verdict and the same response AdmissionReview, or the same kind of error.
 //!
+//! The EvictionRequest webhook decodes a partial EvictionRequest (`AdmittedEvictionRequest`: spec
+//! and status whole, four metadata fields): every EvictionRequest review of the fuzz corpus, the
+//! test data and a set of edge cases (labels, annotations, managed fields, owner references on
+//! both objects, as kube-apiserver sends them) gets the answer of the full decode, against an
+//! empty view and against the test data's cluster.
+//!
+//! Every webhook decodes the AdmissionReview envelope without the fields no review reads
+//! (`requestKind`, `requestResource`, `requestSubResource`, `options`): on every body of every
+//! admission corpus and the test data, the decoded request equals kube-core's decode with those
+//! fields unset, or both fail alike.
+//!
 //! Also: the response encoder writes the AdmissionReview field by field; it must produce what the
 //! general encoder (through `serde_json::Value`) produces, for every kind of answer.
+
+#[path = "data/fixture.rs"]
+#[allow(dead_code)]
+mod fixture;
 
 use std::path::PathBuf;
 
 use evictord::admission::Settings;
+use evictord::admission::eviction_request::review_eviction_request;
 use evictord::admission::http::{
     HandlerError, ResponseReview, check_objects, decode, respond, review_request,
 };
-use evictord::admission::partial::AdmittedPod;
+use evictord::admission::offline::view_from_objects;
+use evictord::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
 use evictord::admission::pod::review_pod;
-use evictord::cluster::CachedPod;
+use evictord::api::EvictionRequest;
+use evictord::cluster::{CachedPod, ClusterView, StaticView};
 use jiff::Timestamp;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -237,4 +255,279 @@ fn the_field_by_field_encoder_writes_what_the_general_one_writes() {
         let fast = serde_json::to_value(ResponseReview::from(response.clone())).unwrap();
         assert_eq!(fast, general(response), "{name}");
     }
+}
+
+/// What the EvictionRequest webhook answers on `view` when it decodes `K`.
+fn eviction_request_answer<K>(
+    body: &[u8],
+    view: &dyn ClusterView,
+    as_full: impl Fn(&K) -> &EvictionRequest,
+) -> Result<Value, String>
+where
+    K: kube::Resource + serde::de::DeserializeOwned,
+{
+    let req: AdmissionRequest<K> = decode::<K>(JSON, body).map_err(kind)?;
+    check_objects(&req).map_err(kind)?;
+    let now: Timestamp = fixture::NOW.parse().unwrap();
+    let rr = review_request(&req, now);
+    let verdict = review_eviction_request(&rr.map_objects(as_full), view, &Settings::default());
+    Ok(serde_json::to_value(ResponseReview::from(respond(&req, verdict))).unwrap())
+}
+
+/// Metadata as kube-apiserver sends it on an EvictionRequest the controller has written to:
+/// the pod's labels, annotations, owner references, finalizers, three field managers.
+fn busy_metadata() -> Value {
+    json!({
+        "labels": {"app": "checkout", "pod-template-hash": "7d9c6b5f4", "tier": "web"},
+        "annotations": {"note": "x", "evictord.dev/eviction-interceptors": "not read here"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "checkout-7d9c6b5f4-x2kqj",
+            "uid": fixture::TARGET_UID, "controller": false}],
+        "finalizers": ["example.com/keep"],
+        "resourceVersion": "48213",
+        "uid": "7e1d2c3b-4a59-4687-9a0b-1c2d3e4f5a6b",
+        "generation": 3,
+        "managedFields": [
+            {"manager": "kubectl-create", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2025-12-31T23:00:00Z", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {".": {}, "f:requesters": {}, "f:target": {".": {}, "f:pod": {}}}}},
+            {"manager": "evictord", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2025-12-31T23:50:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+             "fieldsV1": {"f:status": {".": {}, "f:activeInterceptors": {}, "f:interceptors": {}}}},
+            {"manager": "checkout-interceptor", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+             "fieldsV1": {"f:status": {"f:interceptors": {}}}}
+        ]
+    })
+}
+
+/// Edge cases over the two fixtures: each sets `pointer` (on both objects where it names
+/// `{side}`) to a value.
+fn eviction_request_edge_cases() -> Vec<(String, Vec<u8>)> {
+    let sides = |r: fixture::Review, pointer: &str, value: Value| {
+        ["object", "oldObject"].into_iter().fold(r, |r, side| {
+            let p = pointer.replace("{side}", side);
+            if r.0
+                .pointer(&format!("/request/{side}"))
+                .is_some_and(Value::is_object)
+            {
+                r.set(&p, value.clone())
+            } else {
+                r
+            }
+        })
+    };
+    let mut cases = Vec::new();
+    for name in [fixture::EVICTION_REQUEST, fixture::HEARTBEAT] {
+        let base = || fixture::review(name);
+        let busy = busy_metadata();
+        let mut with_busy = base();
+        for side in ["object", "oldObject"] {
+            if let Some(Value::Object(meta)) = with_busy
+                .0
+                .pointer_mut(&format!("/request/{side}/metadata"))
+            {
+                for (k, v) in busy.as_object().unwrap() {
+                    meta.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let variants: Vec<(&str, fixture::Review)> = vec![
+            ("as is", base()),
+            ("busy metadata", with_busy),
+            (
+                "generateName",
+                sides(
+                    base(),
+                    "/request/{side}/metadata/generateName",
+                    json!("evict-"),
+                ),
+            ),
+            (
+                "no name",
+                sides(base(), "/request/{side}/metadata/name", Value::Null),
+            ),
+            (
+                "other namespace",
+                sides(base(), "/request/{side}/metadata/namespace", json!("other")),
+            ),
+            (
+                "created long ago",
+                sides(
+                    base(),
+                    "/request/{side}/metadata/creationTimestamp",
+                    json!("2020-01-01T00:00:00Z"),
+                ),
+            ),
+            (
+                "creationTimestamp not a time",
+                sides(
+                    base(),
+                    "/request/{side}/metadata/creationTimestamp",
+                    json!("yesterday"),
+                ),
+            ),
+            (
+                "name not a string",
+                sides(base(), "/request/{side}/metadata/name", json!(7)),
+            ),
+            (
+                "metadata null",
+                sides(base(), "/request/{side}/metadata", Value::Null),
+            ),
+            ("no spec", base().remove("/request/object/spec")),
+            (
+                "escaped name",
+                sides(
+                    base(),
+                    "/request/{side}/metadata/name",
+                    json!("9a8d\"é\u{1}"),
+                ),
+            ),
+        ];
+        for (what, r) in variants {
+            cases.push((format!("{name}: {what}"), r.json()));
+        }
+        let no_meta = base().remove("/request/object/metadata");
+        cases.push((format!("{name}: no metadata"), no_meta.json()));
+    }
+    cases
+}
+
+#[test]
+fn the_partial_eviction_request_gets_the_answers_of_the_full_one() {
+    let mut inputs = read_dir("fuzz/corpus/eviction_requests");
+    inputs.extend(eviction_request_edge_cases());
+    let objects = std::fs::read(fixture::data_path(fixture::OBJECTS)).unwrap();
+    let cluster = view_from_objects(&objects).unwrap();
+    let empty = StaticView::unknown();
+    let (mut denied, mut allowed, mut errors) = (0, 0, 0);
+    for (name, body) in &inputs {
+        for (view_name, view) in [
+            ("empty view", &empty as &dyn ClusterView),
+            ("cluster", &cluster),
+        ] {
+            let full = eviction_request_answer::<EvictionRequest>(body, view, |o| o);
+            let partial = eviction_request_answer::<AdmittedEvictionRequest>(body, view, |o| &o.0);
+            assert_eq!(partial, full, "{name} ({view_name})");
+            match &full {
+                Ok(v) if v["response"]["allowed"] == json!(false) => denied += 1,
+                Ok(_) => allowed += 1,
+                Err(_) => errors += 1,
+            }
+        }
+    }
+    // Not vacuous: allowances, denials and errors all compared.
+    assert!(
+        allowed >= 8 && denied >= 8 && errors >= 4,
+        "{allowed} allowed, {denied} denied, {errors} errors"
+    );
+    println!(
+        "{} EvictionRequest reviews × 2 views: {allowed} allowed, {denied} denied, {errors} errors, answered alike",
+        inputs.len()
+    );
+}
+
+#[test]
+fn the_partial_eviction_request_skips_metadata_kube_apiserver_has_validated() {
+    // The one difference, by design: metadata fields no rule reads are not type-checked (a
+    // validating webhook only ever sees objects kube-apiserver has validated).
+    let body = fixture::review(fixture::HEARTBEAT)
+        .set("/request/object/metadata/labels", json!(7))
+        .json();
+    let empty = StaticView::unknown();
+    let full = eviction_request_answer::<EvictionRequest>(&body, &empty, |o| o);
+    let partial = eviction_request_answer::<AdmittedEvictionRequest>(&body, &empty, |o| &o.0);
+    assert!(
+        full.unwrap_err()
+            .starts_with("422 invalid object: metadata.labels")
+    );
+    assert_eq!(partial.unwrap()["response"]["allowed"], json!(true));
+}
+
+/// kube-core's decode, as every webhook did before: the request with the four fields no review
+/// reads unset, or the kind of error.
+fn kube_core_decode(body: &[u8]) -> Result<Value, String> {
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(_) => {
+            let value: Value = serde_json::from_slice(body).map_err(|_| "400 bad request")?;
+            return Err(
+                evictord::admission::http::schema_denial::<DynamicObject>(&value)
+                    .map_or_else(|| "400 bad request".to_string(), kind),
+            );
+        }
+    };
+    if evictord::admission::http::check_version(&review.types.api_version, &review.types.kind)
+        .is_err()
+    {
+        return Err("400 bad request".into());
+    }
+    let mut req: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|_| "400 bad request".to_string())?;
+    req.request_kind = None;
+    req.request_resource = None;
+    req.request_sub_resource = None;
+    req.options = None;
+    Ok(request_value(&req))
+}
+
+fn request_value(req: &AdmissionRequest<DynamicObject>) -> Value {
+    let mut v = serde_json::to_value(req).unwrap();
+    v["types"] = serde_json::to_value(&req.types).unwrap();
+    v
+}
+
+#[test]
+fn the_envelope_decodes_what_kube_core_decodes() {
+    let mut inputs = Vec::new();
+    for target in [
+        "pods",
+        "eviction_requests",
+        "pod_evictions",
+        "mutate_node_maintenances",
+        "validate_node_maintenances",
+    ] {
+        inputs.extend(read_dir(&format!("fuzz/corpus/{target}")));
+    }
+    for name in [
+        fixture::POD,
+        fixture::EVICTION_REQUEST,
+        fixture::NODE_MAINTENANCE,
+        fixture::HEARTBEAT,
+    ] {
+        inputs.push((name.to_string(), fixture::review(name).json()));
+    }
+    inputs.extend(edge_cases());
+    inputs.extend(eviction_request_edge_cases());
+    inputs.push(("not UTF-8".into(), b"{\"apiVersion\":\"\xff\"}".to_vec()));
+    inputs.push((
+        "no request".into(),
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+    ));
+    inputs.push((
+        "v1beta1".into(),
+        br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+            .to_vec(),
+    ));
+    let (mut decoded, mut failed) = (0, 0);
+    for (name, body) in &inputs {
+        let ours = decode::<DynamicObject>(JSON, body)
+            .map(|r| request_value(&r))
+            .map_err(kind);
+        assert_eq!(ours, kube_core_decode(body), "{name}");
+        if ours.is_ok() {
+            decoded += 1
+        } else {
+            failed += 1
+        }
+    }
+    assert!(
+        decoded >= 30 && failed >= 3,
+        "{decoded} decoded, {failed} failed"
+    );
+    println!(
+        "{} bodies: {decoded} decoded alike, {failed} failed alike",
+        inputs.len()
+    );
 }

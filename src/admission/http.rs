@@ -22,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use tracing::{Instrument, info_span, warn};
 
+use super::envelope::decode_review;
 use super::{Lookups, ReviewRequest, Settings, Verdict};
 use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
@@ -114,7 +115,7 @@ where
             "Content-Type must be application/json, got {ct:?}"
         )));
     }
-    let review: AdmissionReview<K> = match serde_json::from_slice(body) {
+    let review = match decode_review::<K>(body) {
         Ok(r) => r,
         Err(e) => {
             let malformed = || HandlerError::BadRequest(format!("malformed AdmissionReview: {e}"));
@@ -124,8 +125,8 @@ where
     };
     check_version(&review.types.api_version, &review.types.kind)?;
     review
-        .try_into()
-        .map_err(|_| HandlerError::BadRequest("AdmissionReview has no request".into()))
+        .request
+        .ok_or_else(|| HandlerError::BadRequest("AdmissionReview has no request".into()))
 }
 
 /// For an AdmissionReview of `admission.k8s.io/v1` whose `object` or `oldObject` does not decode

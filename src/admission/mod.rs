@@ -8,6 +8,7 @@
 //! on their own; they add a warning.
 
 pub mod body;
+pub mod envelope;
 pub mod eviction_request;
 pub mod http;
 pub mod names;

@@ -3,16 +3,21 @@
 //! but never built: no label map, no managed fields, no containers.
 //!
 //! The pod webhook (rules P1–P7) reads only the interceptor annotation, on every pod the cluster
-//! creates or updates, so its decoding is most of what it costs per request.
+//! creates or updates, so its decoding is most of what it costs per request. The EvictionRequest
+//! webhook reads the whole spec and status but, of the metadata, only the name, namespace,
+//! `generateName` and `creationTimestamp`: the labels (copied from the pod), annotations and
+//! managed fields of both objects of an update are scanned, not built.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::api::INTERCEPTORS_ANNOTATION;
+use crate::api::{
+    EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, INTERCEPTORS_ANNOTATION,
+};
 
 /// What the pod rules read of a pod.
 pub trait InterceptorAnnotation {
@@ -63,41 +68,41 @@ fn partial_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error>
     })
 }
 
+/// A string, borrowed from the input when it has no escapes. Read with `deserialize_str`
+/// directly, so that error paths still name the key it is the value of.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Str;
+        impl<'de> Visitor<'de> for Str {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(Str)
+    }
+}
+
 /// The `annotations` map, keeping only the interceptor annotation's value; other values must be
 /// strings but are not copied (borrowed from the body unless they contain escapes).
 fn interceptor_annotation_only<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<String>, D::Error> {
     struct Annotations;
-
-    /// A string, borrowed from the input when it has no escapes. Read with `deserialize_str`
-    /// directly, so that error paths still name the annotation key.
-    struct Value<'a>(Cow<'a, str>);
-
-    impl<'de> Deserialize<'de> for Value<'de> {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct Text;
-            impl<'de> Visitor<'de> for Text {
-                type Value = Value<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a string")
-                }
-                fn visit_borrowed_str<E: serde::de::Error>(
-                    self,
-                    v: &'de str,
-                ) -> Result<Self::Value, E> {
-                    Ok(Value(Cow::Borrowed(v)))
-                }
-                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                    Ok(Value(Cow::Owned(v.to_owned())))
-                }
-                fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                    Ok(Value(Cow::Owned(v)))
-                }
-            }
-            d.deserialize_str(Text)
-        }
-    }
 
     impl<'de> Visitor<'de> for Annotations {
         type Value = Option<String>;
@@ -120,8 +125,8 @@ fn interceptor_annotation_only<'de, D: Deserializer<'de>>(
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut kept = None;
-            while let Some(Value(key)) = map.next_key::<Value<'de>>()? {
-                let Value(value) = map.next_value::<Value<'de>>()?;
+            while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                let Text(value) = map.next_value::<Text<'de>>()?;
                 if key == INTERCEPTORS_ANNOTATION {
                     // A duplicate key: the last value wins, as in a full decode into a map.
                     kept = Some(value.into_owned());
@@ -135,3 +140,90 @@ fn interceptor_annotation_only<'de, D: Deserializer<'de>>(
 }
 
 crate::cluster::pod_resource!(AdmittedPod);
+
+/// An EvictionRequest as its webhook decodes it: the spec and status whole, of the metadata only
+/// what the rules read (E1, E3, D1 and the heartbeat deadline): name, namespace, `generateName`,
+/// `creationTimestamp`. The rules take the [`EvictionRequest`] inside.
+#[derive(Clone, Debug)]
+pub struct AdmittedEvictionRequest(pub EvictionRequest);
+
+impl<'de> Deserialize<'de> for AdmittedEvictionRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// The object as the CustomResource derive decodes it (`metadata` and `spec`
+        /// required), with the metadata cut down.
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(deserialize_with = "eviction_request_meta")]
+            metadata: ObjectMeta,
+            spec: EvictionRequestSpec,
+            #[serde(default)]
+            status: Option<EvictionRequestStatus>,
+        }
+        let w = Wire::deserialize(d)?;
+        Ok(Self(EvictionRequest {
+            metadata: w.metadata,
+            spec: w.spec,
+            status: w.status,
+        }))
+    }
+}
+
+/// The metadata fields the EvictionRequest rules read; the others are skipped unbuilt. Decoded
+/// as k8s-openapi decodes `ObjectMeta` (the same name in errors, the last of duplicate keys
+/// wins), so that a malformed object gets the same answer.
+fn eviction_request_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    struct Meta;
+    impl<'de> Visitor<'de> for Meta {
+        type Value = ObjectMeta;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("ObjectMeta")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectMeta, A::Error> {
+            let mut m = ObjectMeta::default();
+            while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                match key.as_ref() {
+                    "name" => m.name = map.next_value()?,
+                    "namespace" => m.namespace = map.next_value()?,
+                    "generateName" => m.generate_name = map.next_value()?,
+                    "creationTimestamp" => m.creation_timestamp = map.next_value()?,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(m)
+        }
+    }
+    d.deserialize_struct(
+        "ObjectMeta",
+        &["name", "namespace", "generateName", "creationTimestamp"],
+        Meta,
+    )
+}
+
+impl kube::Resource for AdmittedEvictionRequest {
+    type DynamicType = ();
+    type Scope = <EvictionRequest as kube::Resource>::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        EvictionRequest::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        EvictionRequest::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        EvictionRequest::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        EvictionRequest::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        EvictionRequest::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}

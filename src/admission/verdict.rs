@@ -29,10 +29,25 @@ pub struct ReviewRequest<'a, T> {
     pub now: Timestamp,
 }
 
-impl<T> ReviewRequest<'_, T> {
+impl<'a, T> ReviewRequest<'a, T> {
     /// True when the request writes the `status` sub-resource.
     pub fn is_status(&self) -> bool {
         self.sub_resource == Some("status")
+    }
+
+    /// The same request with its objects seen through `view` (a partial object's full type).
+    pub fn map_objects<U>(&self, view: impl Fn(&'a T) -> &'a U) -> ReviewRequest<'a, U> {
+        ReviewRequest {
+            operation: self.operation.clone(),
+            sub_resource: self.sub_resource,
+            namespace: self.namespace,
+            name: self.name,
+            object: self.object.map(&view),
+            old_object: self.old_object.map(&view),
+            user: self.user,
+            dry_run: self.dry_run,
+            now: self.now,
+        }
     }
 }
 

@@ -14,14 +14,22 @@ use super::registration::{
     PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
 };
 use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod, pod_eviction};
-use crate::admission::partial::AdmittedPod;
+use crate::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
 use crate::api::{EvictionRequest, NodeMaintenance};
 use crate::cluster::ClusterView;
 
+/// The EvictionRequest rules' view of a decoded request.
+fn eviction_request<'a>(
+    req: &ReviewRequest<'a, AdmittedEvictionRequest>,
+) -> ReviewRequest<'a, EvictionRequest> {
+    req.map_objects(|o| &o.0)
+}
+
 fn eviction_request_lookups(
-    req: &ReviewRequest<'_, EvictionRequest>,
+    req: &ReviewRequest<'_, AdmittedEvictionRequest>,
     _view: &dyn ClusterView,
 ) -> Lookups {
+    let req = &eviction_request(req);
     let uid = req
         .object
         .or(req.old_object)
@@ -64,11 +72,13 @@ fn never<K>(_: &ReviewRequest<'_, K>) -> bool {
 }
 
 /// Validates EvictionRequests (main resource and status).
-pub static VALIDATE_EVICTION_REQUESTS: Webhook<EvictionRequest> = Webhook {
+pub static VALIDATE_EVICTION_REQUESTS: Webhook<AdmittedEvictionRequest> = Webhook {
     resource: "evictionrequests",
     kind: "validate",
     lookups: eviction_request_lookups,
-    review: eviction_request::review_eviction_request,
+    review: |req, view, settings| {
+        eviction_request::review_eviction_request(&eviction_request(req), view, settings)
+    },
     needs_cluster: always,
     sub_resources: &["status"],
 };
