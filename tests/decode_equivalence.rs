@@ -19,7 +19,6 @@
 //! general encoder (through `serde_json::Value`) produces, for every kind of answer.
 
 #[path = "data/fixture.rs"]
-#[allow(dead_code)]
 mod fixture;
 
 use std::path::PathBuf;
