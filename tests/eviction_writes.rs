@@ -4,7 +4,9 @@
 //! the pod is gone) — seeing the pod terminating in between costs none — and none is refused
 //! because the controller decided on a cached copy older than its own previous write. Counted from
 //! kube-apiserver's own request counters and evictord's retry counter; this binary has its own
-//! control plane and a single evictord, so nothing else writes the requests.
+//! control plane and a single evictord, so nothing else writes the requests. The selection of the
+//! imperative interceptor is told in the event of the eviction it made in the same pass, not in
+//! an `InterceptorSelected` event of its own.
 
 mod support;
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -127,4 +130,37 @@ async fn evictions_without_interceptors_take_two_status_writes_and_none_refused(
         "status writes for {PODS} requests: {ok}, expected 2 each"
     );
     assert_eq!(retries, 0.0, "controller retries");
+
+    // Events are written in the background: wait for one on every request.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let by_kind = ListParams::default().fields("involvedObject.kind=EvictionRequest");
+    let stored = until(
+        Duration::from_secs(60),
+        "an event on every request",
+        || async {
+            let list = events.list(&by_kind).await.ok()?.items;
+            let told = |e: &&Event| {
+                e.reason.as_deref() == Some("Evicted")
+                    && e.message.as_deref().is_some_and(|m| {
+                        m.starts_with(
+                            "Interceptor imperative-eviction.k8s.io selected (1 of 1); pod ",
+                        )
+                    })
+            };
+            let mut names: Vec<_> = list
+                .iter()
+                .filter(told)
+                .filter_map(|e| e.involved_object.name.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            (names.len() == PODS).then_some(list)
+        },
+    )
+    .await;
+    let selected = stored
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("InterceptorSelected"))
+        .count();
+    assert_eq!(selected, 0, "InterceptorSelected events of their own");
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::deadline::{add, heartbeat_deadline_at};
 use super::decision::{
-    DecideSettings, Decision, Draft, EventType, ProcessedReason, pod_deleted_message,
+    DecideSettings, Decision, Draft, EventType, ProcessedReason, joined_notes, pod_deleted_message,
 };
 use super::imperative::act_as_imperative;
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
@@ -297,20 +297,8 @@ fn select_interceptor(d: &mut Draft<'_>) {
         && d.events[i + 1].reason == "InterceptorSelected"
     {
         let selected = d.events.remove(i + 1);
-        let note = &mut d.events[i].note;
-        if note.ends_with('.') {
-            note.pop();
-        }
-        note.push_str("; ");
-        note.push_str(&lowercase_first(&selected.note));
+        d.events[i].note = joined_notes(&d.events[i].note, &selected.note);
     }
-}
-
-fn lowercase_first(s: &str) -> String {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
 }
 
 /// Whether the active interceptor is done, and why; otherwise schedules a look at its deadline.

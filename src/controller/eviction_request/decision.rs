@@ -116,6 +116,18 @@ impl ProcessedReason {
     }
 }
 
+/// Two event notes told as one: "Interceptor a completed; interceptor b selected (2 of 3)."
+pub(crate) fn joined_notes(first: &str, then: &str) -> String {
+    let mut note = first.strip_suffix('.').unwrap_or(first).to_string();
+    note.push_str("; ");
+    let mut chars = then.chars();
+    if let Some(c) = chars.next() {
+        note.extend(c.to_lowercase());
+        note.push_str(chars.as_str());
+    }
+    note
+}
+
 /// An event to record on the EvictionRequest (`involvedObject` = the request).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {

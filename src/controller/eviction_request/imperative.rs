@@ -29,8 +29,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::backoff::{backoff, next_attempt_at};
 use super::deadline::{add, imperative_heartbeat_due};
 use super::decision::{
-    Action, DecideSettings, Decision, Draft, EventType, EvictionOutcome, REASON_POD_DELETED,
-    pod_deleted_message,
+    Action, DecideSettings, Decision, Draft, EventSpec, EventType, EvictionOutcome,
+    REASON_POD_DELETED, joined_notes, pod_deleted_message,
 };
 use crate::api::{
     CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus,
@@ -45,6 +45,30 @@ pub const UNSUPPORTED_POD_MESSAGE: &str =
 /// The message of the imperative interceptor after `n` failed Eviction API calls.
 pub fn failed_evictions_message(n: i32) -> String {
     format!("Could not evict a pod due to failing eviction requests, number of retries: {n}")
+}
+
+/// The `InterceptorSelected` event of a decision that activates the imperative interceptor and
+/// evicts in the same pass, taken out of it to be told with the call's outcome
+/// ([`tell_selection_with_outcome`]): one event per pass instead of two, as a switch names the
+/// interceptor selected next. `None` (the decision untouched) for any other decision.
+pub fn hold_imperative_selection(d: &mut Decision) -> Option<EventSpec> {
+    d.action.as_ref()?;
+    let i = d.events.iter().position(|e| {
+        e.reason == "InterceptorSelected"
+            && e.note
+                .starts_with(&format!("Interceptor {IMPERATIVE_INTERCEPTOR} selected"))
+    })?;
+    Some(d.events.remove(i))
+}
+
+/// Folds a held selection event into the first event of the decision that followed the call
+/// (`Evicted` or `EvictionFailed`, whose reason and type it keeps): "Interceptor … selected (2 of
+/// 2); pod … was evicted …". Without such an event the selection is told on its own.
+pub fn tell_selection_with_outcome(followup: &mut Decision, selection: EventSpec) {
+    match followup.events.first_mut() {
+        Some(outcome) => outcome.note = joined_notes(&selection.note, &outcome.note),
+        None => followup.events.insert(0, selection),
+    }
 }
 
 /// Step 8: when the imperative interceptor is active, wait for a terminating pod, refuse

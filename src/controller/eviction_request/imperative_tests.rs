@@ -1,11 +1,13 @@
-//! Rows for `after_eviction` (SPEC 2.3 step 8, after the Eviction API call).
+//! Rows for `after_eviction` (SPEC 2.3 step 8, after the Eviction API call), and for telling
+//! the imperative interceptor's selection with the outcome of the call it made in the same pass.
 
 use std::time::Duration;
 
 use rstest::rstest;
 
 use super::*;
-use crate::controller::eviction_request::fixtures::{IMP, request, t};
+use crate::controller::eviction_request::decide;
+use crate::controller::eviction_request::fixtures::{IMP, pod, request, t};
 
 fn failed(retry_after: Option<u64>) -> EvictionOutcome {
     EvictionOutcome::Failed {
@@ -166,4 +168,87 @@ fn step8_terminal_request_is_left_alone(#[case] outcome: EvictionOutcome) {
         .condition("Canceled", "NoRequesters")
         .build();
     assert!(after_eviction(&r, outcome, t(5), &DecideSettings::default()).is_noop());
+}
+
+/// The events of one pass: decide, hold the selection, the call's outcome, fold it in.
+fn one_pass(request: &EvictionRequest, outcome: EvictionOutcome) -> (Decision, Vec<EventSpec>) {
+    let settings = DecideSettings::default();
+    let mut first = decide(request, Some(&pod("p").build()), t(5), &settings);
+    let held = hold_imperative_selection(&mut first);
+    let mut followup = after_eviction(request, outcome, t(6), &settings);
+    if let Some(selection) = held {
+        tell_selection_with_outcome(&mut followup, selection);
+    }
+    (first, followup.events)
+}
+
+#[rstest]
+// request, outcome, the pass's events (reason, type, note prefix)
+#[case::first_sight_evicted_is_one_event(
+    request("uid").build(), EvictionOutcome::Evicted,
+    &[("Evicted", EventType::Normal, "Interceptor imperative-eviction.k8s.io selected (1 of 1); pod ns/p was evicted through the Eviction API; waiting for it to terminate.")])]
+#[case::first_sight_refused_is_one_warning(
+    request("uid").build(), failed(None),
+    &[("EvictionFailed", EventType::Warning, "Interceptor imperative-eviction.k8s.io selected (1 of 1); eviction of Pod ns/p failed (429: ")])]
+#[case::first_sight_pod_gone_is_one_event(
+    request("uid").build(), EvictionOutcome::PodGone,
+    &[("Evicted", EventType::Normal, "Interceptor imperative-eviction.k8s.io selected (1 of 1); ")])]
+#[case::retry_has_no_selection_to_tell(
+    request("uid").targets(&[]).active(IMP).started(IMP, t(0)).failures(1, Some(t(0))).build(), failed(None),
+    &[("EvictionFailed", EventType::Warning, "Eviction of Pod ns/p failed (429: ")])]
+#[case::switch_already_names_the_imperative_interceptor(
+    request("uid").targets(&["a.b"]).active("a.b").completed("a.b", t(2)).build(), EvictionOutcome::Evicted,
+    &[("Evicted", EventType::Normal, "Pod ns/p was evicted through the Eviction API")])]
+fn the_selection_is_told_with_the_outcome(
+    #[case] request: EvictionRequest,
+    #[case] outcome: EvictionOutcome,
+    #[case] expected: &[(&str, EventType, &str)],
+) {
+    let (first, events) = one_pass(&request, outcome);
+    assert!(first.action.is_some(), "the pass evicts");
+    assert!(
+        first
+            .events
+            .iter()
+            .all(|e| e.reason != "InterceptorSelected"),
+        "{:?}",
+        first.events
+    );
+    let got: Vec<_> = events.iter().map(|e| (e.reason, e.type_)).collect();
+    let want: Vec<_> = expected.iter().map(|(r, ty, _)| (*r, *ty)).collect();
+    assert_eq!(got, want, "{events:?}");
+    for (e, (_, _, note)) in events.iter().zip(expected) {
+        assert!(
+            e.note.starts_with(note),
+            "{:?} does not start with {note:?}",
+            e.note
+        );
+    }
+}
+
+#[test]
+fn a_selection_without_a_call_stays_in_its_decision() {
+    // A pod interceptor is selected: no call in this pass, nothing held.
+    let r = request("uid").build();
+    let mut d = decide(
+        &r,
+        Some(&pod("p").interceptors(&["a.b"]).build()),
+        t(5),
+        &DecideSettings::default(),
+    );
+    let before = d.clone();
+    assert_eq!(hold_imperative_selection(&mut d), None);
+    assert_eq!(d, before);
+}
+
+#[test]
+fn a_held_selection_is_told_alone_when_the_outcome_tells_nothing() {
+    let selection = EventSpec {
+        reason: "InterceptorSelected",
+        type_: EventType::Normal,
+        note: "Interceptor imperative-eviction.k8s.io selected (1 of 1).".into(),
+    };
+    let mut followup = Decision::default();
+    tell_selection_with_outcome(&mut followup, selection.clone());
+    assert_eq!(followup.events, vec![selection]);
 }

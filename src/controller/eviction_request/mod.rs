@@ -39,5 +39,5 @@ pub use decide::decide;
 pub use decision::{
     Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
 };
-pub use imperative::after_eviction;
+pub use imperative::{after_eviction, hold_imperative_selection, tell_selection_with_outcome};
 pub use retention::{Retention, retention};

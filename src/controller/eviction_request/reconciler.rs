@@ -21,8 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use super::{
-    Action, BridgedRequester, DecideSettings, Decision, EventType, Retention, after_eviction,
-    bridged_requester, decide, retention,
+    Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, Retention,
+    after_eviction, bridged_requester, decide, hold_imperative_selection, retention,
+    tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::Caches;
@@ -172,7 +173,9 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         );
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
-    let decision = decide(&req, pod.as_deref(), now, &ctx.settings);
+    let mut decision = decide(&req, pod.as_deref(), now, &ctx.settings);
+    // Told with the call's outcome: one event per pass (and one write fewer per eviction).
+    let selection = hold_imperative_selection(&mut decision);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
     if let BridgedRequester::ExpiresIn(left) = bridged {
         requeue = earliest(requeue, Some(left));
@@ -188,6 +191,9 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
     {
         if ctx.stop.is_cancelled() {
             debug!("no longer leading; leaving the eviction to the next leader");
+            if let Some(selection) = selection {
+                publish(ctx, &updated, &[selection]);
+            }
             return Ok(Requeue::await_change());
         }
         let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
@@ -206,7 +212,10 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
             .imperative_evictions
             .get_or_create(&ResultLabel { result })
             .inc();
-        let followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
+        let mut followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
+        if let Some(selection) = selection {
+            tell_selection_with_outcome(&mut followup, selection);
+        }
         let (_, later) = apply(ctx, &updated, &followup).await?;
         requeue = earliest(requeue, later);
     }
@@ -337,8 +346,14 @@ async fn apply(
             })
             .inc();
     }
-    let reference = current.object_ref(&());
-    for e in &d.events {
+    publish(ctx, &current, &d.events);
+    Ok((current, d.requeue_after))
+}
+
+/// Queues events on the request (written in the background).
+fn publish(ctx: &Context, request: &EvictionRequest, events: &[EventSpec]) {
+    let reference = request.object_ref(&());
+    for e in events {
         let event = Event {
             type_: match e.type_ {
                 EventType::Normal => KubeEventType::Normal,
@@ -351,7 +366,6 @@ async fn apply(
         };
         ctx.events.publish(event, reference.clone());
     }
-    Ok((current, d.requeue_after))
 }
 
 /// Recomputes the gauges (active interceptor, active requester, open requests) from the cache,
