@@ -293,6 +293,91 @@ async fn malformed_json_is_a_400_with_a_message() {
         .assert_error(StatusCode::BAD_REQUEST, "malformed AdmissionReview");
 }
 
+/// The review's body with arrays nested `depth` deep at `pointer` (built as text: a
+/// `serde_json::Value` that deep would overflow the test's own stack when dropped).
+fn with_nested(review: Review, pointer: &str, depth: usize) -> Vec<u8> {
+    const MARK: &str = "\"nested-here\"";
+    let text = String::from_utf8(review.set(pointer, "nested-here").json()).unwrap();
+    assert_eq!(text.matches(MARK).count(), 1);
+    text.replace(MARK, &format!("{}{}", "[".repeat(depth), "]".repeat(depth)))
+        .into_bytes()
+}
+
+/// A value nested 10 000 deep where a review builds it (an annotation of the partial pod, the
+/// user's extra) is refused as a malformed review, HTTP 400 (by its type or serde_json's
+/// recursion limit, whichever the decoder meets first; never by the stack). Where
+/// nothing reads it (the parts of an object the partial decodes skip, the envelope's fields no
+/// review reads, an unknown field), it is skipped without recursion and the review is answered
+/// as it would be without it.
+#[tokio::test]
+async fn deep_nesting_is_refused_where_it_is_built_and_skipped_elsewhere() {
+    let built: &[(&str, &str, &str)] = &[
+        (
+            "an annotation value of the partial pod",
+            PODS,
+            "/request/object/metadata/annotations/deep",
+        ),
+        ("the user's extra", PODS, "/request/userInfo/extra/deep"),
+        (
+            "the EvictionRequest's requesters",
+            EVICTION_REQUESTS,
+            "/request/object/spec/requesters",
+        ),
+        (
+            "the old NodeMaintenance's spec",
+            VALIDATE_NODE_MAINTENANCES,
+            "/request/oldObject",
+        ),
+    ];
+    let skipped: &[(&str, &str, &str)] = &[
+        ("a pod's spec", PODS, "/request/object/spec/deep"),
+        (
+            "the envelope's requestKind",
+            PODS,
+            "/request/requestKind/deep",
+        ),
+        ("a top-level field nobody reads", PODS, "/deep"),
+        (
+            "the request's options",
+            EVICTION_REQUESTS,
+            "/request/options",
+        ),
+        (
+            "an EvictionRequest's managed fields",
+            EVICTION_REQUESTS,
+            "/request/object/metadata/managedFields/0",
+        ),
+        (
+            "a NodeMaintenance's unknown field",
+            VALIDATE_NODE_MAINTENANCES,
+            "/request/object/spec/deep",
+        ),
+    ];
+    let fixture = |path: &str| match path {
+        PODS => POD,
+        EVICTION_REQUESTS => EVICTION_REQUEST,
+        _ => NODE_MAINTENANCE,
+    };
+    for (what, path, pointer) in built {
+        let body = with_nested(review(fixture(path)), pointer, 10_000);
+        let answer = post_as(path, Some(JSON), body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{what}: {}",
+            answer.body
+        );
+        answer.assert_error(StatusCode::BAD_REQUEST, "malformed AdmissionReview");
+    }
+    for (what, path, pointer) in skipped {
+        let plain = post_as(path, Some(JSON), review(fixture(path)).json()).await;
+        let body = with_nested(review(fixture(path)), pointer, 10_000);
+        let answer = post_as(path, Some(JSON), body).await;
+        assert_eq!(answer.status, StatusCode::OK, "{what}: {}", answer.body);
+        assert_eq!(answer.review(), plain.review(), "{what}");
+    }
+}
+
 #[tokio::test]
 async fn wrong_or_missing_content_type_is_a_400() {
     let body = review(POD).json();
