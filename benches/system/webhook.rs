@@ -335,8 +335,32 @@ fn pod_bodies() -> Vec<ReviewBody> {
     uid_variants(Review(padded), 1)
 }
 
-/// The interceptor heartbeat fixture, re-timed to `now` (the rules check heartbeats against the
-/// clock: the new heartbeat is now, the previous one two minutes ago).
+/// What kube-apiserver sends in the metadata of an EvictionRequest the controller and an
+/// interceptor have written to, besides name, namespace, uid and times: the labels the controller
+/// copied from the pod (SPEC 2.3 step 4) and the managed fields of its three writers (the
+/// requester, evictord's status, the interceptor's heartbeat). Webhooks get `managedFields`
+/// (kubernetes/kubernetes#96688); the test fixture leaves them out for readability.
+fn written_metadata() -> Value {
+    serde_json::json!({
+        "labels": {"app": "checkout", "pod-template-hash": "7d9c6b5f4", "tier": "web", "team": "payments"},
+        "managedFields": [
+            {"manager": "evictord", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2025-12-31T23:00:00Z", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:pod-template-hash": {}, "f:team": {}, "f:tier": {}}},
+                          "f:spec": {".": {}, "f:requesters": {}, "f:target": {".": {}, "f:pod": {".": {}, "f:name": {}, "f:uid": {}}}}}},
+            {"manager": "evictord", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2025-12-31T23:50:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+             "fieldsV1": {"f:status": {".": {}, "f:activeInterceptors": {}, "f:interceptors": {}, "f:observedGeneration": {}, "f:targetInterceptors": {}}}},
+            {"manager": "checkout-interceptor", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
+             "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
+             "fieldsV1": {"f:status": {"f:interceptors": {}}}}
+        ]
+    })
+}
+
+/// The interceptor heartbeat fixture with the metadata of [`written_metadata`] (5 KiB), re-timed
+/// to `now` (the rules check heartbeats against the clock: the new heartbeat is now, the
+/// previous one two minutes ago).
 fn heartbeat_bodies(now: Timestamp) -> Vec<ReviewBody> {
     let t = |offset: jiff::Span| -> Value {
         let ts = now.checked_add(offset).expect("timestamp");
@@ -344,6 +368,9 @@ fn heartbeat_bodies(now: Timestamp) -> Vec<ReviewBody> {
     };
     let mut r = review(HEARTBEAT);
     for side in ["object", "oldObject"] {
+        for (key, value) in written_metadata().as_object().expect("an object") {
+            r = r.set(&format!("/request/{side}/metadata/{key}"), value.clone());
+        }
         r = r
             .set(
                 &format!("/request/{side}/metadata/creationTimestamp"),
