@@ -33,13 +33,18 @@ pub async fn setup(prefix: &str) -> (Client, String) {
     (c.client().await, c.namespace(prefix).await)
 }
 
-/// A directory holding only the plugin, put in front of PATH: kubectl finds it there.
+/// A directory holding only the plugin, put in front of PATH: kubectl finds it there. It lives
+/// in Cargo's scratch directory for integration tests (inside the target directory, so nothing
+/// is left behind in /tmp) and is shared by the test processes, which all link the same binary.
 pub fn plugin_path() -> String {
-    let dir = std::env::temp_dir().join(format!("evictord-plugin-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-path");
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("kubectl-evictord");
-    if !link.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-evictord"), &link).unwrap();
+    match std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-evictord"), &link) {
+        Ok(()) => {}
+        // Made by another test process (or an earlier run) for the same binary.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("{}: {e}", link.display()),
     }
     format!(
         "{}:{}",
