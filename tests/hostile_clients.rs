@@ -247,17 +247,6 @@ async fn hostile_post(
     support::tls_client::parse_response(&raw).0
 }
 
-/// The pod fixture with arrays nested `depth` deep as the first member of the object at `at`
-/// (the text that opens it).
-fn deep_json(depth: usize, at: &str) -> Vec<u8> {
-    let review = fixture::review(fixture::POD).json();
-    let text = String::from_utf8(review).unwrap();
-    assert!(text.contains(at), "{at} in the fixture");
-    let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-    text.replacen(at, &format!("{at}\"deep\":{deep},"), 1)
-        .into_bytes()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_clients_get_bounded_answers_and_a_well_behaved_client_keeps_its_latency() {
     let server = Server::start().await;
@@ -295,13 +284,14 @@ async fn hostile_clients_get_bounded_answers_and_a_well_behaved_client_keeps_its
         (
             "JSON nested 10 000 deep in an annotation",
             Some(JSON),
-            deep_json(10_000, "\"annotations\":{"),
+            fixture::review(fixture::POD)
+                .nested_json("/request/object/metadata/annotations/deep", 10_000),
             400,
         ),
         (
             "JSON nested 10 000 deep in a field nobody reads",
             Some(JSON),
-            deep_json(10_000, "{"),
+            fixture::review(fixture::POD).nested_json("/deep", 10_000),
             200,
         ),
         ("invalid UTF-8", Some(JSON), invalid_utf8, 400),

@@ -293,16 +293,6 @@ async fn malformed_json_is_a_400_with_a_message() {
         .assert_error(StatusCode::BAD_REQUEST, "malformed AdmissionReview");
 }
 
-/// The review's body with arrays nested `depth` deep at `pointer` (built as text: a
-/// `serde_json::Value` that deep would overflow the test's own stack when dropped).
-fn with_nested(review: Review, pointer: &str, depth: usize) -> Vec<u8> {
-    const MARK: &str = "\"nested-here\"";
-    let text = String::from_utf8(review.set(pointer, "nested-here").json()).unwrap();
-    assert_eq!(text.matches(MARK).count(), 1);
-    text.replace(MARK, &format!("{}{}", "[".repeat(depth), "]".repeat(depth)))
-        .into_bytes()
-}
-
 /// A value nested 10 000 deep where a review builds it (an annotation of the partial pod, the
 /// user's extra) is refused as a malformed review, HTTP 400 (by its type or serde_json's
 /// recursion limit, whichever the decoder meets first; never by the stack). Where
@@ -359,7 +349,7 @@ async fn deep_nesting_is_refused_where_it_is_built_and_skipped_elsewhere() {
         _ => NODE_MAINTENANCE,
     };
     for (what, path, pointer) in built {
-        let body = with_nested(review(fixture(path)), pointer, 10_000);
+        let body = review(fixture(path)).nested_json(pointer, 10_000);
         let answer = post_as(path, Some(JSON), body).await;
         assert_eq!(
             answer.status,
@@ -371,7 +361,7 @@ async fn deep_nesting_is_refused_where_it_is_built_and_skipped_elsewhere() {
     }
     for (what, path, pointer) in skipped {
         let plain = post_as(path, Some(JSON), review(fixture(path)).json()).await;
-        let body = with_nested(review(fixture(path)), pointer, 10_000);
+        let body = review(fixture(path)).nested_json(pointer, 10_000);
         let answer = post_as(path, Some(JSON), body).await;
         assert_eq!(answer.status, StatusCode::OK, "{what}: {}", answer.body);
         assert_eq!(answer.review(), plain.review(), "{what}");

@@ -111,6 +111,16 @@ impl Review {
         }
     }
 
+    /// The JSON body with arrays nested `depth` deep at `pointer` (written as text: a
+    /// `serde_json::Value` that deep would overflow the test's own stack when dropped).
+    pub fn nested_json(self, pointer: &str, depth: usize) -> Vec<u8> {
+        const MARK: &str = "\"nested-here\"";
+        let text = String::from_utf8(self.set(pointer, "nested-here").json()).unwrap();
+        assert_eq!(text.matches(MARK).count(), 1, "{MARK} once in the fixture");
+        text.replace(MARK, &format!("{}{}", "[".repeat(depth), "]".repeat(depth)))
+            .into_bytes()
+    }
+
     /// The JSON body.
     pub fn json(&self) -> Vec<u8> {
         serde_json::to_vec(&self.0).expect("JSON")
