@@ -36,7 +36,7 @@ pub struct Webhook<K: 'static> {
     /// `validate` or `mutate`.
     pub kind: &'static str,
     /// The lookups the review will make (prepared by the server before calling `review`).
-    pub lookups: fn(&ReviewRequest<'_, K>, &dyn ClusterView) -> Lookups,
+    pub lookups: for<'a> fn(&ReviewRequest<'a, K>, &dyn ClusterView) -> Lookups<'a>,
     /// The review.
     pub review: fn(&ReviewRequest<'_, K>, &dyn ClusterView, &Settings) -> Verdict,
     /// Whether the review reads the cluster at all (if not, it runs before the caches sync).

@@ -3,6 +3,7 @@
 //! reviews through the one generic handler, the bridge through its own thin shell (it writes the
 //! EvictionRequest it hands the call to).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::Router;
@@ -16,7 +17,7 @@ use super::registration::{
 use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod, pod_eviction};
 use crate::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
 use crate::api::{EvictionRequest, NodeMaintenance};
-use crate::cluster::ClusterView;
+use crate::cluster::{ClusterView, PodLookup};
 
 /// The EvictionRequest rules' view of a decoded request.
 fn eviction_request<'a>(
@@ -25,18 +26,22 @@ fn eviction_request<'a>(
     req.map_objects(|o| &o.0)
 }
 
-fn eviction_request_lookups(
-    req: &ReviewRequest<'_, AdmittedEvictionRequest>,
+fn eviction_request_lookups<'a>(
+    req: &ReviewRequest<'a, AdmittedEvictionRequest>,
     _view: &dyn ClusterView,
-) -> Lookups {
+) -> Lookups<'a> {
     let req = &eviction_request(req);
     let uid = req
         .object
         .or(req.old_object)
-        .map(|o| o.spec.target.pod.uid.clone());
+        .map(|o| Cow::Borrowed(o.spec.target.pod.uid.as_str()));
     Lookups {
         pods: eviction_request::target_pod(req)
-            .map(|(ns, name)| (ns, name, uid))
+            .map(|(namespace, name)| PodLookup {
+                namespace: Cow::Borrowed(namespace),
+                name: Cow::Borrowed(name),
+                uid,
+            })
             .into_iter()
             .collect(),
         checks: eviction_request::access_checks(req),
@@ -44,10 +49,10 @@ fn eviction_request_lookups(
     }
 }
 
-fn node_maintenance_lookups(
-    req: &ReviewRequest<'_, NodeMaintenance>,
+fn node_maintenance_lookups<'a>(
+    req: &ReviewRequest<'a, NodeMaintenance>,
     view: &dyn ClusterView,
-) -> Lookups {
+) -> Lookups<'a> {
     if !node_maintenance::needs_node_authorization(req) {
         return Lookups::default();
     }
@@ -59,7 +64,7 @@ fn node_maintenance_lookups(
     }
 }
 
-fn no_lookups<K>(_: &ReviewRequest<'_, K>, _: &dyn ClusterView) -> Lookups {
+fn no_lookups<'a, K>(_: &ReviewRequest<'a, K>, _: &dyn ClusterView) -> Lookups<'a> {
     Lookups::default()
 }
 

@@ -45,12 +45,12 @@ enum Scope {
 #[derive(Default)]
 struct Verdicts {
     hasher: RandomState,
-    buckets: HashMap<u64, Vec<(AccessCheck, Authorization, Instant)>>,
+    buckets: HashMap<u64, Vec<(AccessCheck<'static>, Authorization, Instant)>>,
     len: usize,
 }
 
 impl Verdicts {
-    fn hash(&self, check: &AccessCheck, scope: Scope) -> u64 {
+    fn hash(&self, check: &AccessCheck<'_>, scope: Scope) -> u64 {
         let mut h = self.hasher.build_hasher();
         let u = &check.user;
         (&u.username, &u.uid, &u.groups).hash(&mut h);
@@ -59,26 +59,27 @@ impl Verdicts {
                 (k, v).hash(&mut h);
             }
         }
-        (check.verb, check.group, check.resource, &check.namespace).hash(&mut h);
+        let namespace = check.namespace.as_deref();
+        (check.verb, check.group, check.resource, namespace).hash(&mut h);
         match scope {
-            Scope::Named => check.name.hash(&mut h),
-            Scope::Wide => None::<String>.hash(&mut h),
+            Scope::Named => check.name.as_deref().hash(&mut h),
+            Scope::Wide => None::<&str>.hash(&mut h),
         }
         h.finish()
     }
 
     fn get(
         &self,
-        check: &AccessCheck,
+        check: &AccessCheck<'_>,
         scope: Scope,
-    ) -> Option<&(AccessCheck, Authorization, Instant)> {
+    ) -> Option<&(AccessCheck<'static>, Authorization, Instant)> {
         self.buckets
             .get(&self.hash(check, scope))?
             .iter()
             .find(|(stored, _, _)| same(stored, check, scope))
     }
 
-    fn insert(&mut self, check: &AccessCheck, scope: Scope, verdict: Authorization) {
+    fn insert(&mut self, check: &AccessCheck<'_>, scope: Scope, verdict: Authorization) {
         if self.len >= MAX_ENTRIES {
             self.buckets.clear();
             self.len = 0;
@@ -94,14 +95,15 @@ impl Verdicts {
                 name: None,
                 ..check.clone()
             },
-        };
+        }
+        .into_owned();
         bucket.push((stored, verdict, Instant::now()));
         self.len += 1;
     }
 }
 
 /// Whether `stored` is `check` asked about `scope`.
-fn same(stored: &AccessCheck, check: &AccessCheck, scope: Scope) -> bool {
+fn same(stored: &AccessCheck<'_>, check: &AccessCheck<'_>, scope: Scope) -> bool {
     let name_matches = match scope {
         Scope::Named => stored.name == check.name,
         Scope::Wide => stored.name.is_none(),
@@ -127,7 +129,7 @@ impl Authorizer {
     ///
     /// # Errors
     /// When the SubjectAccessReview cannot be created.
-    pub async fn check(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
+    pub async fn check(&self, check: &AccessCheck<'_>) -> Result<Authorization, kube::Error> {
         if check.name.is_some()
             && self.cached_or_reviewed(check, Scope::Wide).await? == Authorization::Allowed
         {
@@ -138,7 +140,7 @@ impl Authorizer {
 
     async fn cached_or_reviewed(
         &self,
-        check: &AccessCheck,
+        check: &AccessCheck<'_>,
         scope: Scope,
     ) -> Result<Authorization, kube::Error> {
         let cached = self.cache.lock().ok().and_then(|c| {
@@ -162,7 +164,7 @@ impl Authorizer {
         Ok(verdict)
     }
 
-    async fn review(&self, check: &AccessCheck) -> Result<Authorization, kube::Error> {
+    async fn review(&self, check: &AccessCheck<'_>) -> Result<Authorization, kube::Error> {
         let sar = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: check.user.username.clone(),
@@ -173,8 +175,8 @@ impl Authorizer {
                     verb: Some(check.verb.to_string()),
                     group: Some(check.group.to_string()),
                     resource: Some(check.resource.to_string()),
-                    namespace: check.namespace.clone(),
-                    name: check.name.clone(),
+                    namespace: check.namespace.as_deref().map(String::from),
+                    name: check.name.as_deref().map(String::from),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -198,7 +200,7 @@ impl Authorizer {
 
 /// The same check about every object of the resource (in the same namespace), when `check` is
 /// about one object: allowed there implies allowed for that object.
-pub fn namespace_wide(check: &AccessCheck) -> Option<AccessCheck> {
+pub fn namespace_wide<'a>(check: &AccessCheck<'a>) -> Option<AccessCheck<'a>> {
     check.name.as_ref()?;
     Some(AccessCheck {
         name: None,
@@ -208,19 +210,21 @@ pub fn namespace_wide(check: &AccessCheck) -> Option<AccessCheck> {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use k8s_openapi::api::authentication::v1::UserInfo;
     use rstest::rstest;
 
     use super::*;
 
-    fn check(namespace: Option<&str>, name: Option<&str>) -> AccessCheck {
+    fn check(namespace: Option<&str>, name: Option<&str>) -> AccessCheck<'static> {
         AccessCheck {
             user: Default::default(),
             verb: "delete",
             group: "",
             resource: "pods",
-            namespace: namespace.map(String::from),
-            name: name.map(String::from),
+            namespace: namespace.map(|n| n.to_string().into()),
+            name: name.map(|n| n.to_string().into()),
         }
     }
 
@@ -232,8 +236,11 @@ mod tests {
         }
     }
 
-    fn by(user: UserInfo, check: AccessCheck) -> AccessCheck {
-        AccessCheck { user, ..check }
+    fn by(user: UserInfo, check: AccessCheck<'static>) -> AccessCheck<'static> {
+        AccessCheck {
+            user: Cow::Owned(user),
+            ..check
+        }
     }
 
     /// A verdict is reused only for an equal check: every field of the user and of the
@@ -251,7 +258,7 @@ mod tests {
         false
     )]
     fn verdicts_are_reused_only_for_equal_checks(
-        #[case] asked: AccessCheck,
+        #[case] asked: AccessCheck<'static>,
         #[case] scope: Scope,
         #[case] reused: bool,
     ) {
@@ -262,7 +269,7 @@ mod tests {
             Scope::Named,
             Authorization::Allowed,
         );
-        let asked = if asked.user == UserInfo::default() {
+        let asked = if *asked.user == UserInfo::default() {
             alice(asked)
         } else {
             asked
@@ -287,6 +294,35 @@ mod tests {
             v.get(&check(Some("bar"), Some("web-2")), Scope::Wide)
                 .is_none()
         );
+    }
+
+    /// A review's check borrows from its request; the cache keeps its own copy, so a later
+    /// request (another body, equal fields) finds the verdict.
+    #[test]
+    fn a_verdict_stored_from_a_borrowed_check_outlives_the_request() {
+        let mut v = Verdicts::default();
+        {
+            let first = user("alice", &["dev"]);
+            let borrowed = AccessCheck {
+                user: Cow::Borrowed(&first),
+                namespace: Some(Cow::Borrowed("shop")),
+                ..check(None, Some("web-1"))
+            };
+            v.insert(&borrowed, Scope::Named, Authorization::Allowed);
+        }
+        let second = user("alice", &["dev"]);
+        let asked = AccessCheck {
+            user: Cow::Borrowed(&second),
+            ..check(Some("shop"), Some("web-1"))
+        };
+        assert_eq!(
+            v.get(&asked, Scope::Named).map(|e| &e.1),
+            Some(&Authorization::Allowed)
+        );
+        assert!(matches!(
+            v.get(&asked, Scope::Named).map(|e| &e.0.user),
+            Some(Cow::Owned(_))
+        ));
     }
 
     #[test]
@@ -318,7 +354,10 @@ mod tests {
     )]
     #[case::one_node_asks_all_nodes_first(check(None, Some("node-1")), Some(check(None, None)))]
     #[case::already_namespace_wide(check(Some("shop"), None), None)]
-    fn namespace_wide_rows(#[case] given: AccessCheck, #[case] expected: Option<AccessCheck>) {
+    fn namespace_wide_rows(
+        #[case] given: AccessCheck<'static>,
+        #[case] expected: Option<AccessCheck<'static>>,
+    ) {
         assert_eq!(namespace_wide(&given), expected);
     }
 }

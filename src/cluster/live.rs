@@ -1,6 +1,7 @@
 //! [`LiveView`]: the server's [`ClusterView`] — the watch caches plus the live pod lookups and
 //! access reviews prepared for one admission request ([`prepare`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -8,6 +9,7 @@ use kube::{Api, Client};
 
 use super::{
     AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup, Lookups,
+    PodLookup,
 };
 use crate::api::{EvictionRequest, NodeMaintenance};
 
@@ -22,13 +24,13 @@ pub struct LiveContext {
 }
 
 /// A pod lookup prepared for one request, by (namespace, name).
-type PreparedPod = ((String, String), Lookup<Arc<CachedPod>>);
+type PreparedPod<'a> = ((Cow<'a, str>, Cow<'a, str>), Lookup<Arc<CachedPod>>);
 
-/// The caches plus the lookups prepared for one request.
+/// The caches plus the lookups prepared for one request (names borrowed from the request).
 pub struct LiveView<'a> {
     caches: &'a Caches,
-    pods: Vec<PreparedPod>,
-    checks: Vec<(AccessCheck, Authorization)>,
+    pods: Vec<PreparedPod<'a>>,
+    checks: Vec<(AccessCheck<'a>, Authorization)>,
 }
 
 /// Prepares the lookups of one review: confirms pod cache misses or UID mismatches with a live
@@ -39,14 +41,19 @@ pub struct LiveView<'a> {
 /// `failurePolicy` decides.
 pub async fn prepare<'a>(
     ctx: &'a LiveContext,
-    lookups: &Lookups,
+    lookups: &Lookups<'a>,
 ) -> Result<LiveView<'a>, kube::Error> {
     let mut view = LiveView {
         caches: &ctx.caches,
         pods: Vec::new(),
         checks: Vec::new(),
     };
-    for (namespace, name, uid) in &lookups.pods {
+    for PodLookup {
+        namespace,
+        name,
+        uid,
+    } in &lookups.pods
+    {
         let cached = ctx.caches.pods.get(Some(namespace), name);
         let confirmed = match cached {
             Some(pod) if uid.as_deref().is_none_or(|u| pod.uid() == u) => Lookup::Found(pod),
@@ -106,7 +113,7 @@ impl ClusterView for LiveView<'_> {
         }
     }
 
-    fn authorize(&self, check: &AccessCheck) -> Authorization {
+    fn authorize(&self, check: &AccessCheck<'_>) -> Authorization {
         self.checks
             .iter()
             .find(|(c, _)| c == check)

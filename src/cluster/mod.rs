@@ -13,4 +13,4 @@ pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, prepare};
 pub(crate) use pod::pod_resource;
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
-pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, StaticView};
+pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, PodLookup, StaticView};

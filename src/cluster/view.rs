@@ -1,6 +1,7 @@
 //! [`ClusterView`]: the read-only, synchronous view of the cluster that pure rules consult, and
 //! [`StaticView`], a view over fixed object lists (offline review, tests).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -33,10 +34,14 @@ impl<T> Lookup<T> {
 }
 
 /// An access check: may `user` perform `verb` on `resource` (`namespace`/`name`)?
+///
+/// A review borrows the user and names from the request it reviews (`AccessCheck<'a>`): building,
+/// announcing, preparing and asking a check copies nothing. Only the verdict cache keeps an owned
+/// copy ([`AccessCheck::into_owned`]), once per verdict it stores.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AccessCheck {
+pub struct AccessCheck<'a> {
     /// The requesting user, as kube-apiserver passed it in the AdmissionReview.
-    pub user: UserInfo,
+    pub user: Cow<'a, UserInfo>,
     /// Verb, e.g. `delete`.
     pub verb: &'static str,
     /// API group of the resource (`""` for core).
@@ -44,9 +49,23 @@ pub struct AccessCheck {
     /// Resource, e.g. `pods` or `nodes`.
     pub resource: &'static str,
     /// Namespace for namespaced resources.
-    pub namespace: Option<String>,
+    pub namespace: Option<Cow<'a, str>>,
     /// Object name; `None` asks about every object of the resource.
-    pub name: Option<String>,
+    pub name: Option<Cow<'a, str>>,
+}
+
+impl AccessCheck<'_> {
+    /// The same check, owning what it borrowed.
+    pub fn into_owned(self) -> AccessCheck<'static> {
+        AccessCheck {
+            user: Cow::Owned(self.user.into_owned()),
+            verb: self.verb,
+            group: self.group,
+            resource: self.resource,
+            namespace: self.namespace.map(|n| Cow::Owned(n.into_owned())),
+            name: self.name.map(|n| Cow::Owned(n.into_owned())),
+        }
+    }
 }
 
 /// The verdict of an access check.
@@ -63,16 +82,28 @@ pub enum Authorization {
 /// The lookups a review will make that the server must prepare before calling it (live
 /// confirmation of cache misses, access reviews). Offline, nothing is prepared and the view
 /// answers `Unknown` / `Skipped`.
+/// Names are borrowed from the request under review.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Lookups {
+pub struct Lookups<'a> {
     /// Pods by (namespace, name, expected UID): a cache miss or a UID mismatch is confirmed by a
     /// live GET, so that no denial rests on a stale cache.
-    pub pods: Vec<(String, String, Option<String>)>,
+    pub pods: Vec<PodLookup<'a>>,
     /// Access checks the review will ask.
-    pub checks: Vec<AccessCheck>,
+    pub checks: Vec<AccessCheck<'a>>,
     /// Access checks asked only when one of `checks` is denied (per-node checks after a refused
     /// cluster-wide one).
-    pub fallback_checks: Vec<AccessCheck>,
+    pub fallback_checks: Vec<AccessCheck<'a>>,
+}
+
+/// A pod a review will look up: namespace, name and, when known, the UID it must have.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodLookup<'a> {
+    /// Namespace.
+    pub namespace: Cow<'a, str>,
+    /// Name.
+    pub name: Cow<'a, str>,
+    /// The UID the review expects; another UID in the cache is confirmed live.
+    pub uid: Option<Cow<'a, str>>,
 }
 
 /// What rules may read of the cluster. Implementations answer from memory, without I/O: the
@@ -88,7 +119,7 @@ pub trait ClusterView: Send + Sync {
     /// The EvictionRequest of that namespace and name.
     fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>>;
     /// The verdict of an access check.
-    fn authorize(&self, check: &AccessCheck) -> Authorization;
+    fn authorize(&self, check: &AccessCheck<'_>) -> Authorization;
 }
 
 /// A view over fixed lists of objects. With `complete = false` every lookup answers `Unknown`
@@ -186,7 +217,7 @@ impl ClusterView for StaticView {
         )
     }
 
-    fn authorize(&self, _check: &AccessCheck) -> Authorization {
+    fn authorize(&self, _check: &AccessCheck<'_>) -> Authorization {
         self.authorization.clone().unwrap_or_else(|| {
             Authorization::Skipped("authorization is not checked offline".into())
         })

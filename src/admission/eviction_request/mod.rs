@@ -25,6 +25,8 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod properties;
 
+use std::borrow::Cow;
+
 use kube::core::admission::Operation;
 
 use super::{ReviewRequest, Settings, Verdict};
@@ -66,7 +68,7 @@ pub fn review_eviction_request(
 
 /// The access checks [`review_eviction_request`] will ask the view for: whether the user may
 /// delete the target pod (E8, U5, D1). Empty for status updates.
-pub fn access_checks(req: &ReviewRequest<'_, EvictionRequest>) -> Vec<AccessCheck> {
+pub fn access_checks<'a>(req: &ReviewRequest<'a, EvictionRequest>) -> Vec<AccessCheck<'a>> {
     authorized_object(req)
         .map(|er| pod_delete_check(req, er))
         .into_iter()
@@ -76,7 +78,7 @@ pub fn access_checks(req: &ReviewRequest<'_, EvictionRequest>) -> Vec<AccessChec
 /// The pod (namespace, name) [`review_eviction_request`] will look up in the view, if any: the
 /// target on CREATE (E7); on UPDATE and DELETE only when U3 or D2 depend on whether it exists.
 /// `None` for a malformed pod name (E2 denies it without a lookup).
-pub fn target_pod(req: &ReviewRequest<'_, EvictionRequest>) -> Option<(String, String)> {
+pub fn target_pod<'a>(req: &ReviewRequest<'a, EvictionRequest>) -> Option<(&'a str, &'a str)> {
     let er = match (&req.operation, req.sub_resource) {
         (Operation::Create, None) => req.object,
         (Operation::Update, None) => req
@@ -88,7 +90,7 @@ pub fn target_pod(req: &ReviewRequest<'_, EvictionRequest>) -> Option<(String, S
     let name = &er.spec.target.pod.name;
     create::validate_pod_name(name)
         .is_ok()
-        .then(|| (namespace(req, er).to_string(), name.clone()))
+        .then(|| (namespace(req, er), name.as_str()))
 }
 
 /// The object whose target pod the user must be allowed to delete: the new object on CREATE, the
@@ -130,14 +132,18 @@ fn namespace<'a>(req: &ReviewRequest<'a, EvictionRequest>, er: &'a EvictionReque
         .unwrap_or_default()
 }
 
-fn pod_delete_check(req: &ReviewRequest<'_, EvictionRequest>, er: &EvictionRequest) -> AccessCheck {
+/// The check of E8, U5 and D1, borrowing the user and names from the request.
+fn pod_delete_check<'a>(
+    req: &ReviewRequest<'a, EvictionRequest>,
+    er: &'a EvictionRequest,
+) -> AccessCheck<'a> {
     AccessCheck {
-        user: req.user.clone(),
+        user: Cow::Borrowed(req.user),
         verb: "delete",
         group: "",
         resource: "pods",
-        namespace: Some(namespace(req, er).to_string()),
-        name: Some(er.spec.target.pod.name.clone()),
+        namespace: Some(Cow::Borrowed(namespace(req, er))),
+        name: Some(Cow::Borrowed(&er.spec.target.pod.name)),
     }
 }
 
@@ -149,20 +155,19 @@ fn authorize_pod_delete(
     rule: &str,
     verdict: &mut Verdict,
 ) {
-    let check = pod_delete_check(req, er);
     let user = req.user.username.as_deref().unwrap_or("<anonymous>");
-    let pod = format!("{}/{}", namespace(req, er), er.spec.target.pod.name);
-    match view.authorize(&check) {
+    let (ns, name) = (namespace(req, er), &er.spec.target.pod.name);
+    match view.authorize(&pod_delete_check(req, er)) {
         Authorization::Allowed => {}
         Authorization::Denied(reason) => verdict.deny_if_allowed(format!(
-            "user {user:?} may not delete pod {pod} (rule {rule}: creating, changing or deleting an \
-             EvictionRequest requires permission to delete its target pod){}; grant the user \
-             \"delete\" on \"pods\" in namespace {:?}",
+            "user {user:?} may not delete pod {ns}/{name} (rule {rule}: creating, changing or \
+             deleting an EvictionRequest requires permission to delete its target pod){}; grant \
+             the user \"delete\" on \"pods\" in namespace {ns:?}",
             reason_suffix(&reason),
-            namespace(req, er)
         )),
         Authorization::Skipped(reason) => verdict.warn(format!(
-            "rule {rule} not checked: whether user {user:?} may delete pod {pod} is unknown ({reason})"
+            "rule {rule} not checked: whether user {user:?} may delete pod {ns}/{name} is unknown \
+             ({reason})"
         )),
     }
 }
@@ -241,7 +246,7 @@ mod tests {
             .requesters(&[])
             .status(status().policy_forbid())
             .build();
-        let pod = Some((NS.to_string(), "p1".to_string()));
+        let pod = Some((NS, "p1"));
         let create = review_request(Operation::Create, None, None, Some(&er), &user);
         assert_eq!(target_pod(&create), pod);
         let update = review_request(Operation::Update, None, Some(&er), Some(&er), &user);

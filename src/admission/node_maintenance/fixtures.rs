@@ -205,7 +205,7 @@ pub struct TestView {
     cluster_wide: Authorization,
     deletable: Vec<String>,
     /// The access checks asked, in order.
-    pub asked: Mutex<Vec<AccessCheck>>,
+    pub asked: Mutex<Vec<AccessCheck<'static>>>,
 }
 
 /// A view of these nodes in which the user may delete every node.
@@ -247,7 +247,11 @@ impl TestView {
     pub fn asked_nodes(&self) -> Vec<String> {
         self.asked
             .lock()
-            .map(|a| a.iter().filter_map(|c| c.name.clone()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c.name.as_deref().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }
@@ -269,13 +273,13 @@ impl ClusterView for TestView {
         Lookup::Unknown
     }
 
-    fn authorize(&self, check: &AccessCheck) -> Authorization {
+    fn authorize(&self, check: &AccessCheck<'_>) -> Authorization {
         if let Ok(mut asked) = self.asked.lock() {
-            asked.push(check.clone());
+            asked.push(check.clone().into_owned());
         }
         match &check.name {
             None => self.cluster_wide.clone(),
-            Some(name) if self.deletable.contains(name) => Authorization::Allowed,
+            Some(name) if self.deletable.iter().any(|d| d == name) => Authorization::Allowed,
             Some(name) => Authorization::Denied(format!("cannot delete node {name}")),
         }
     }

@@ -1,6 +1,7 @@
 //! The rules of a NodeMaintenance that concern the nodes it selects: N5 (warnings about what
 //! the selector matches) and N6 (the user must be allowed to delete every selected node).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
@@ -132,17 +133,17 @@ fn authorized_selectors<'a>(req: &ReviewRequest<'a, NodeMaintenance>) -> Vec<&'a
 /// Rule N6's access checks: the cluster-wide `delete nodes` check, and one `delete` check per
 /// node the maintenance selects (empty when the view does not know the nodes). The server asks
 /// the first and, only if it is denied, the others, before calling the review.
-pub fn node_access_checks(
-    req: &ReviewRequest<'_, NodeMaintenance>,
+pub fn node_access_checks<'a>(
+    req: &ReviewRequest<'a, NodeMaintenance>,
     view: &dyn ClusterView,
-) -> (AccessCheck, Vec<AccessCheck>) {
+) -> (AccessCheck<'a>, Vec<AccessCheck<'a>>) {
     let check = |name: Option<String>| AccessCheck {
-        user: req.user.clone(),
+        user: Cow::Borrowed(req.user),
         verb: "delete",
         group: "",
         resource: "nodes",
         namespace: None,
-        name,
+        name: name.map(Cow::Owned),
     };
     let per_node = match view.nodes() {
         Lookup::Found(nodes) => selected_node_names(&authorized_selectors(req), &nodes)
@@ -192,7 +193,7 @@ pub(super) fn authorize_node_deletion(
     let mut denied = Vec::new();
     let mut skipped = Vec::new();
     for check in &per_node {
-        let name = check.name.clone().unwrap_or_default();
+        let name = check.name.as_deref().unwrap_or_default().to_string();
         match view.authorize(check) {
             Authorization::Allowed => {}
             Authorization::Denied(_) => denied.push(name),

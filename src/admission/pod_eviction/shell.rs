@@ -28,7 +28,7 @@ use super::{BridgeDecision, BridgeWrite, EvictionCall, PodEvent, review_pod_evic
 use crate::admission::Lookups;
 use crate::admission::http::{AdmissionState, HandlerError, ResponseReview, decode};
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
-use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, prepare};
+use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
 
 /// The `resource` label of the bridge's admission metrics.
@@ -147,7 +147,11 @@ pub async fn review(
         return Err(HandlerError::NotReady);
     }
     let lookups = Lookups {
-        pods: vec![(call.namespace.to_string(), call.pod_name.to_string(), None)],
+        pods: vec![PodLookup {
+            namespace: call.namespace.into(),
+            name: call.pod_name.into(),
+            uid: None,
+        }],
         ..Lookups::default()
     };
     let view = prepare(live, &lookups).await?;
