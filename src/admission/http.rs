@@ -494,3 +494,91 @@ where
 pub fn body_limit() -> DefaultBodyLimit {
     DefaultBodyLimit::max(MAX_BODY_BYTES)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::{Bytes, to_bytes};
+    use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+    use serde_json::{Value, json};
+
+    use super::{AdmissionState, handle};
+    use crate::admission::webhooks::VALIDATE_EVICTION_REQUESTS;
+    use crate::cluster::{Authorizer, Caches, LiveContext};
+
+    /// A server whose caches never sync: its kube-apiserver (a closed loopback port) refuses
+    /// every connection.
+    fn unsynced() -> Arc<AdmissionState> {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Arc::new(AdmissionState {
+            settings: Default::default(),
+            live: Some(Arc::new(LiveContext {
+                caches: Caches::start(&client),
+                authorizer: Authorizer::new(client.clone()),
+                client,
+            })),
+        })
+    }
+
+    fn eviction_request() -> Value {
+        json!({
+            "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
+            "metadata": {"name": "uid-1", "namespace": "ns", "creationTimestamp": "2026-11-24T00:00:00Z"},
+            "spec": {"target": {"pod": {"name": "p1", "uid": "uid-1"}}, "requesters": [{"name": "example.com/drain"}]}
+        })
+    }
+
+    fn review(operation: &str, sub_resource: Option<&str>) -> Bytes {
+        let er = eviction_request();
+        let old = (operation == "UPDATE").then(|| er.clone());
+        let mut request = json!({
+            "uid": "u-1", "operation": operation, "name": "uid-1", "namespace": "ns",
+            "kind": {"group": "evictord.dev", "version": "v1alpha1", "kind": "EvictionRequest"},
+            "resource": {"group": "evictord.dev", "version": "v1alpha1", "resource": "evictionrequests"},
+            "userInfo": {"username": "alice"}, "object": er, "oldObject": old
+        });
+        if let Some(s) = sub_resource {
+            request["subResource"] = json!(s);
+        }
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        Bytes::from(serde_json::to_vec(&body).unwrap())
+    }
+
+    fn json_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h
+    }
+
+    /// Status updates (S1-S6) read nothing of the cluster, so they are answered before the
+    /// caches sync; a create (E7, E8 read the pod cache and ask access reviews) waits with 503.
+    #[tokio::test]
+    async fn status_updates_are_answered_before_the_caches_sync() {
+        let state = unsynced();
+        let status = handle(
+            &VALIDATE_EVICTION_REQUESTS,
+            state.clone(),
+            json_headers(),
+            review("UPDATE", Some("status")),
+        )
+        .await;
+        assert_eq!(status.status(), StatusCode::OK);
+        let answer: Value =
+            serde_json::from_slice(&to_bytes(status.into_body(), 1 << 20).await.unwrap()).unwrap();
+        assert_eq!(answer["response"]["uid"], "u-1");
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        let create = handle(
+            &VALIDATE_EVICTION_REQUESTS,
+            state,
+            json_headers(),
+            review("CREATE", None),
+        )
+        .await;
+        assert_eq!(create.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

@@ -84,7 +84,8 @@ pub static VALIDATE_EVICTION_REQUESTS: Webhook<AdmittedEvictionRequest> = Webhoo
     review: |req, view, settings| {
         eviction_request::review_eviction_request(&eviction_request(req), view, settings)
     },
-    needs_cluster: always,
+    // Status updates (S1-S6: heartbeats, hand-offs) read only the two objects.
+    needs_cluster: |req| !req.is_status(),
     sub_resources: &["status"],
 };
 
