@@ -504,6 +504,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::{AdmissionState, handle};
+    use crate::admission::eviction_request::fixtures::{NS, UID, request};
     use crate::admission::webhooks::VALIDATE_EVICTION_REQUESTS;
     use crate::cluster::{Authorizer, Caches, LiveContext};
 
@@ -522,27 +523,19 @@ mod tests {
         })
     }
 
-    fn eviction_request() -> Value {
-        json!({
-            "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest",
-            "metadata": {"name": "uid-1", "namespace": "ns", "creationTimestamp": "2026-11-24T00:00:00Z"},
-            "spec": {"target": {"pod": {"name": "p1", "uid": "uid-1"}}, "requesters": [{"name": "example.com/drain"}]}
-        })
-    }
-
     fn review(operation: &str, sub_resource: Option<&str>) -> Bytes {
-        let er = eviction_request();
+        let er = serde_json::to_value(request(UID).build()).unwrap();
         let old = (operation == "UPDATE").then(|| er.clone());
-        let mut request = json!({
-            "uid": "u-1", "operation": operation, "name": "uid-1", "namespace": "ns",
+        let mut call = json!({
+            "uid": "u-1", "operation": operation, "name": UID, "namespace": NS,
             "kind": {"group": "evictord.dev", "version": "v1alpha1", "kind": "EvictionRequest"},
             "resource": {"group": "evictord.dev", "version": "v1alpha1", "resource": "evictionrequests"},
             "userInfo": {"username": "alice"}, "object": er, "oldObject": old
         });
         if let Some(s) = sub_resource {
-            request["subResource"] = json!(s);
+            call["subResource"] = json!(s);
         }
-        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": call});
         Bytes::from(serde_json::to_vec(&body).unwrap())
     }
 

@@ -81,8 +81,7 @@ pub enum Authorization {
 
 /// The lookups a review will make that the server must prepare before calling it (live
 /// confirmation of cache misses, access reviews). Offline, nothing is prepared and the view
-/// answers `Unknown` / `Skipped`.
-/// Names are borrowed from the request under review.
+/// answers `Unknown` / `Skipped`. Names are borrowed from the request under review.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Lookups<'a> {
     /// Pods by (namespace, name, expected UID): a cache miss or a UID mismatch is confirmed by a
