@@ -1,5 +1,5 @@
-//! Reading webhook request bodies with bounds on size and time, as a middleware in front of
-//! every route.
+//! Reading webhook request bodies with bounds on size and time: [`AdmissionBody`], the extractor
+//! every webhook route takes.
 //!
 //! A body over [`MAX_BODY_BYTES`] is answered with HTTP 413. The answer must reach the client:
 //! if the server answered and closed the connection while the client was still sending, the
@@ -17,9 +17,8 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::Request;
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 
@@ -135,23 +134,43 @@ pub async fn read_bounded(
     Ok(first.unwrap_or_else(|| Bytes::from(kept)))
 }
 
-/// The middleware: reads the body within [`MAX_BODY_BYTES`] and [`BODY_READ_TIMEOUT`] and hands
-/// the request on with the body in memory, or answers 413, 408 or 400.
-pub async fn bounded_body(request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let read = read_bounded(body, declared, MAX_BODY_BYTES, MAX_DRAIN_BYTES);
-    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Ok(Err(e)) => e.into_response(),
-        Err(_) => timed_out(declared).into_response(),
+/// A webhook request's body, read whole within [`MAX_BODY_BYTES`] and [`BODY_READ_TIMEOUT`], and
+/// its `Content-Type`. As an extractor it answers 413, 408 or 400 before the handler runs; it
+/// reads the body once, straight from the connection (no middleware handing a re-wrapped body on
+/// to a second, limited read).
+#[derive(Debug)]
+pub struct AdmissionBody {
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<HeaderValue>,
+    /// The whole body.
+    pub bytes: Bytes,
+}
+
+impl AdmissionBody {
+    /// The `Content-Type` as text (`None` when absent or not visible ASCII).
+    pub fn content_type(&self) -> Option<&str> {
+        self.content_type.as_ref().and_then(|v| v.to_str().ok())
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for AdmissionBody {
+    type Rejection = BodyError;
+
+    async fn from_request(request: Request, _state: &S) -> Result<Self, BodyError> {
+        let (mut parts, body) = request.into_parts();
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let read = read_bounded(body, declared, MAX_BODY_BYTES, MAX_DRAIN_BYTES);
+        let bytes = tokio::time::timeout(BODY_READ_TIMEOUT, read)
+            .await
+            .map_err(|_| timed_out(declared))??;
+        Ok(Self {
+            content_type: parts.headers.remove(header::CONTENT_TYPE),
+            bytes,
+        })
     }
 }
 

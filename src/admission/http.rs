@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use base64::Engine;
@@ -27,7 +27,7 @@ use super::{Lookups, ReviewRequest, Settings, Verdict};
 use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
 
-pub use super::body::MAX_BODY_BYTES;
+pub use super::body::{AdmissionBody, MAX_BODY_BYTES};
 
 /// A webhook: a resource and its pure functions.
 pub struct Webhook<K: 'static> {
@@ -81,9 +81,7 @@ pub enum HandlerError {
 impl IntoResponse for HandlerError {
     fn into_response(self) -> Response {
         let status = match self {
-            HandlerError::InvalidObject { response, .. } => {
-                return axum::Json(ResponseReview::from(*response)).into_response();
-            }
+            HandlerError::InvalidObject { response, .. } => return answer(&response),
             HandlerError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HandlerError::NotReady | HandlerError::Lookup(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -257,19 +255,35 @@ impl Serialize for ResponseReview {
         Wire {
             api_version: &review.types.api_version,
             kind: &review.types.kind,
-            response: review.response.as_ref().map(|r| WireResponse {
-                uid: &r.uid,
-                allowed: r.allowed,
-                status: &r.result,
-                patch: r.patch.as_deref().map(Base64),
-                // kube-core sets the (private) patch type exactly when it sets the patch.
-                patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
-                audit_annotations: &r.audit_annotations,
-                warnings: r.warnings.as_deref(),
-            }),
+            response: review.response.as_ref().map(WireResponse::of),
         }
         .serialize(serializer)
     }
+}
+
+/// Room for an answer without warnings or patch, so that writing one never reallocates.
+const ANSWER_CAPACITY: usize = 512;
+
+/// The HTTP answer carrying `response` in an AdmissionReview: the same JSON as
+/// [`ResponseReview`], written straight from the response (no review built around it, none of
+/// its strings copied) into one buffer that becomes the body.
+pub fn answer(response: &AdmissionResponse) -> Response {
+    let wire = Wire {
+        api_version: &response.types.api_version,
+        kind: &response.types.kind,
+        response: Some(WireResponse::of(response)),
+    };
+    let mut json = Vec::with_capacity(ANSWER_CAPACITY);
+    if let Err(e) = serde_json::to_writer(&mut json, &wire) {
+        // Cannot happen for these types; answered as axum's `Json` would.
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    let mut r = Response::new(Body::from(json));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// The response AdmissionReview as written on the wire.
@@ -297,6 +311,21 @@ struct WireResponse<'a> {
     audit_annotations: &'a std::collections::HashMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     warnings: Option<&'a [String]>,
+}
+
+impl<'a> WireResponse<'a> {
+    fn of(r: &'a AdmissionResponse) -> Self {
+        WireResponse {
+            uid: &r.uid,
+            allowed: r.allowed,
+            status: &r.result,
+            patch: r.patch.as_deref().map(Base64),
+            // kube-core sets the (private) patch type exactly when it sets the patch.
+            patch_type: r.patch.as_ref().map(|_| "JSONPatch"),
+            audit_annotations: &r.audit_annotations,
+            warnings: r.warnings.as_deref(),
+        }
+    }
 }
 
 /// Bytes serialized as a base64 string (Go's `[]byte`).
@@ -409,17 +438,13 @@ fn operation_label(op: &Operation) -> &'static str {
 async fn handle<K>(
     webhook: &'static Webhook<K>,
     state: Arc<AdmissionState>,
-    headers: HeaderMap,
-    body: Bytes,
+    body: AdmissionBody,
 ) -> Response
 where
     K: kube::Resource + DeserializeOwned + Send + Sync,
 {
     let started = Instant::now();
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let decoded = decode::<K>(ct, &body)
+    let decoded = decode::<K>(body.content_type(), &body.bytes)
         .map_err(|e| match e {
             // Another resource's object does not decode here: the route is wrong, not the object.
             HandlerError::InvalidObject { resource, .. } if resource != webhook.resource => {
@@ -443,11 +468,7 @@ where
             match review_live(webhook, &state, &req).instrument(span).await {
                 Ok(resp) => {
                     let v = if resp.allowed { "allowed" } else { "denied" };
-                    (
-                        op,
-                        v,
-                        axum::Json(ResponseReview::from(resp)).into_response(),
-                    )
+                    (op, v, answer(&resp))
                 }
                 Err(e) => {
                     warn!(resource = webhook.resource, error = %e, "admission request failed");
@@ -481,18 +502,11 @@ where
     router.route(
         path,
         post(
-            move |State(state): State<Arc<AdmissionState>>, headers: HeaderMap, body: Bytes| {
-                handle(webhook, state, headers, body)
+            move |State(state): State<Arc<AdmissionState>>, body: AdmissionBody| {
+                handle(webhook, state, body)
             },
         ),
     )
-}
-
-/// The body limit of the extractors: [`MAX_BODY_BYTES`]. The bodies reaching them were already
-/// read within that bound by [`super::body::bounded_body`], which answers oversized and slow
-/// bodies without resetting the connection.
-pub fn body_limit() -> DefaultBodyLimit {
-    DefaultBodyLimit::max(MAX_BODY_BYTES)
 }
 
 #[cfg(test)]
@@ -500,10 +514,12 @@ mod tests {
     use std::sync::Arc;
 
     use axum::body::{Bytes, to_bytes};
-    use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+    use axum::http::{HeaderValue, StatusCode};
     use serde_json::{Value, json};
 
-    use super::{AdmissionState, handle};
+    use kube::core::admission::AdmissionResponse;
+
+    use super::{AdmissionBody, AdmissionState, ResponseReview, answer, handle};
     use crate::admission::eviction_request::fixtures::{NS, UID, request};
     use crate::admission::webhooks::VALIDATE_EVICTION_REQUESTS;
     use crate::cluster::{Authorizer, Caches, LiveContext};
@@ -523,7 +539,7 @@ mod tests {
         })
     }
 
-    fn review(operation: &str, sub_resource: Option<&str>) -> Bytes {
+    fn review(operation: &str, sub_resource: Option<&str>) -> AdmissionBody {
         let er = serde_json::to_value(request(UID).build()).unwrap();
         let old = (operation == "UPDATE").then(|| er.clone());
         let mut call = json!({
@@ -536,16 +552,10 @@ mod tests {
             call["subResource"] = json!(s);
         }
         let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": call});
-        Bytes::from(serde_json::to_vec(&body).unwrap())
-    }
-
-    fn json_headers() -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h
+        AdmissionBody {
+            content_type: Some(HeaderValue::from_static("application/json")),
+            bytes: Bytes::from(serde_json::to_vec(&body).unwrap()),
+        }
     }
 
     /// Status updates (S1-S6) read nothing of the cluster, so they are answered before the
@@ -556,7 +566,6 @@ mod tests {
         let status = handle(
             &VALIDATE_EVICTION_REQUESTS,
             state.clone(),
-            json_headers(),
             review("UPDATE", Some("status")),
         )
         .await;
@@ -565,13 +574,36 @@ mod tests {
             serde_json::from_slice(&to_bytes(status.into_body(), 1 << 20).await.unwrap()).unwrap();
         assert_eq!(answer["response"]["uid"], "u-1");
         assert_eq!(answer["response"]["allowed"], true, "{answer}");
-        let create = handle(
-            &VALIDATE_EVICTION_REQUESTS,
-            state,
-            json_headers(),
-            review("CREATE", None),
-        )
-        .await;
+        let create = handle(&VALIDATE_EVICTION_REQUESTS, state, review("CREATE", None)).await;
         assert_eq!(create.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    /// The handler's answer is the JSON of [`ResponseReview`], byte for byte: allowed, denied,
+    /// with warnings, with a patch.
+    #[tokio::test]
+    async fn answers_are_the_response_review_json() {
+        let base = AdmissionResponse::invalid("").into_review();
+        let mut allowed = base.response.expect("a response");
+        allowed.uid = "u-1".into();
+        allowed.allowed = true;
+        allowed.result = Default::default();
+        let mut warned = allowed.clone();
+        warned.warnings = Some(vec!["careful \"here\"".into()]);
+        let denied = allowed.clone().deny("no (rule E1)");
+        let patched = allowed
+            .clone()
+            .with_patch(json_patch::Patch(Vec::new()))
+            .unwrap();
+        for response in [allowed, warned, denied, patched] {
+            let expected = serde_json::to_vec(&ResponseReview::from(response.clone())).unwrap();
+            let got = answer(&response);
+            assert_eq!(got.status(), StatusCode::OK);
+            assert_eq!(got.headers()["content-type"], "application/json");
+            let body = to_bytes(got.into_body(), 1 << 20).await.unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&body),
+                String::from_utf8_lossy(&expected)
+            );
+        }
     }
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
-use super::body::bounded_body;
-use super::http::{AdmissionState, Webhook, body_limit, route};
+use super::http::{AdmissionState, Webhook, route};
 use super::registration::{
     PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
     PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
@@ -138,7 +137,5 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         PATH_VALIDATE_POD_EVICTIONS,
         axum::routing::post(pod_eviction::shell::handle),
     );
-    r.layer(body_limit())
-        .layer(axum::middleware::from_fn(bounded_body))
-        .with_state(state)
+    r.with_state(state)
 }

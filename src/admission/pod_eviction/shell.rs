@@ -10,9 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -26,7 +24,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::{BridgeDecision, BridgeWrite, EvictionCall, PodEvent, review_pod_eviction};
 use crate::admission::Lookups;
-use crate::admission::http::{AdmissionState, HandlerError, ResponseReview, decode};
+use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer, decode};
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
 use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
@@ -35,17 +33,13 @@ use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
 const RESOURCE: &str = "pods/eviction";
 
 /// The axum handler of `POST /validate/pods-eviction`.
-pub async fn handle(
-    State(state): State<Arc<AdmissionState>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub async fn handle(State(state): State<Arc<AdmissionState>>, body: AdmissionBody) -> Response {
     let started = Instant::now();
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let (verdict, outcome, response) = match decode::<DynamicObject>(ct, &body)
-        .and_then(|req| check_subresource(&req).map(|()| req))
+    let (verdict, outcome, response) = match decode::<DynamicObject>(
+        body.content_type(),
+        &body.bytes,
+    )
+    .and_then(|req| check_subresource(&req).map(|()| req))
     {
         Err(e) => {
             warn!(resource = RESOURCE, error = %e, "bad admission request");
@@ -62,11 +56,7 @@ pub async fn handle(
                     };
                     let outcome = decision.outcome.label();
                     let resp = respond(&req, decision);
-                    (
-                        verdict,
-                        outcome,
-                        axum::Json(ResponseReview::from(resp)).into_response(),
-                    )
+                    (verdict, outcome, answer(&resp))
                 }
                 Err(e) => {
                     warn!(resource = RESOURCE, error = %e, "eviction call not bridged; failurePolicy decides");
