@@ -126,7 +126,9 @@ pub async fn start_evictord(
         .env("HOME", &home)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
-        .env("RUST_LOG", "warn")
+        // The chart's default `logLevel`: what a cluster runs (it was `warn`, which hid the cost
+        // of the spans the log output kept at `info`).
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::create(&err)?);

@@ -26,6 +26,7 @@ use super::envelope::decode_review;
 use super::{Lookups, ReviewRequest, Settings, Verdict};
 use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
+use crate::telemetry::ADMISSION_SPAN;
 
 pub use super::body::{AdmissionBody, MAX_BODY_BYTES};
 
@@ -464,14 +465,14 @@ where
         }
         Ok(req) => {
             let op = operation_label(&req.operation);
-            let span = info_span!("admission", resource = webhook.resource, webhook = webhook.kind, operation = op, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
+            let span = info_span!(ADMISSION_SPAN, resource = webhook.resource, webhook = webhook.kind, operation = op, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
             match review_live(webhook, &state, &req).instrument(span).await {
                 Ok(resp) => {
                     let v = if resp.allowed { "allowed" } else { "denied" };
                     (op, v, answer(&resp))
                 }
                 Err(e) => {
-                    warn!(resource = webhook.resource, error = %e, "admission request failed");
+                    warn!(resource = webhook.resource, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), error = %e, "admission request failed");
                     (op, "error", e.into_response())
                 }
             }

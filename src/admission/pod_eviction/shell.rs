@@ -28,6 +28,7 @@ use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
 use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
+use crate::telemetry::ADMISSION_SPAN;
 
 /// The `resource` label of the bridge's admission metrics.
 const RESOURCE: &str = "pods/eviction";
@@ -46,7 +47,7 @@ pub async fn handle(State(state): State<Arc<AdmissionState>>, body: AdmissionBod
             ("error", "error", e.into_response())
         }
         Ok(req) => {
-            let span = info_span!("admission", resource = RESOURCE, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
+            let span = info_span!(ADMISSION_SPAN, resource = RESOURCE, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
             match review(&state, &req).instrument(span).await {
                 Ok(decision) => {
                     let verdict = if decision.too_many_requests.is_some() {
@@ -59,7 +60,7 @@ pub async fn handle(State(state): State<Arc<AdmissionState>>, body: AdmissionBod
                     (verdict, outcome, answer(&resp))
                 }
                 Err(e) => {
-                    warn!(resource = RESOURCE, error = %e, "eviction call not bridged; failurePolicy decides");
+                    warn!(resource = RESOURCE, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""), error = %e, "eviction call not bridged; failurePolicy decides");
                     ("error", "error", e.into_response())
                 }
             }
@@ -218,7 +219,7 @@ async fn record(live: &LiveContext, pod: &CachedPod, event: &PodEvent) {
         secondary: None,
     };
     if let Err(err) = recorder.publish(&e, &reference).await {
-        warn!(error = %err, "recording the pod event failed");
+        warn!(pod = %format!("{}/{}", pod.namespace(), pod.name()), reason = event.reason, error = %err, "recording the pod event failed");
     }
 }
 
