@@ -2,11 +2,11 @@
 //! OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (one span per admission request and per
 //! reconcile).
 //!
-//! The span of an admission request is left out of the log output: the log layer formats the
-//! fields of every span it keeps when the span opens: at `info`, leaving this one out made the
-//! webhook benchmark 7–20% faster (EvictionRequest creates most), for context that no line
-//! logged at `info` used. Without an OTLP endpoint the span is disabled at its call site, so it is never
-//! built; with one, it is exported as before and still left out of the logs. Log lines about an
+//! The span of an admission request is left out of the log output. The log layer formats the
+//! fields of every span it keeps when the span opens; no line logged at `info` used this one's,
+//! and leaving it out made the webhook benchmark 7–20% faster at `info` (EvictionRequest creates
+//! most). Without an OTLP endpoint the span is disabled at its call site, so it is never built;
+//! with one, it is exported as before and still left out of the logs. Log lines about an
 //! admission request carry its uid themselves.
 
 use opentelemetry::trace::TracerProvider as _;

@@ -7,6 +7,7 @@
 //! I/O. Lookups the view cannot answer (`Lookup::Unknown`, `Authorization::Skipped`) never deny
 //! on their own; they add a warning.
 
+pub mod answer;
 pub mod body;
 pub mod envelope;
 pub mod eviction_request;
