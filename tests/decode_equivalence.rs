@@ -406,7 +406,7 @@ fn the_partial_eviction_request_gets_the_answers_of_the_full_one() {
             ("cluster", &cluster),
         ] {
             let full = eviction_request_answer::<EvictionRequest>(body, view, |o| o);
-            let partial = eviction_request_answer::<AdmittedEvictionRequest>(body, view, |o| &o.0);
+            let partial = eviction_request_answer::<AdmittedEvictionRequest>(body, view, |o| &*o.0);
             assert_eq!(partial, full, "{name} ({view_name})");
             match &full {
                 Ok(v) if v["response"]["allowed"] == json!(false) => denied += 1,
@@ -435,7 +435,7 @@ fn the_partial_eviction_request_skips_metadata_kube_apiserver_has_validated() {
         .json();
     let empty = StaticView::unknown();
     let full = eviction_request_answer::<EvictionRequest>(&body, &empty, |o| o);
-    let partial = eviction_request_answer::<AdmittedEvictionRequest>(&body, &empty, |o| &o.0);
+    let partial = eviction_request_answer::<AdmittedEvictionRequest>(&body, &empty, |o| &*o.0);
     assert!(
         full.unwrap_err()
             .starts_with("422 invalid object: metadata.labels")

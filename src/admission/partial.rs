@@ -143,9 +143,11 @@ crate::cluster::pod_resource!(AdmittedPod);
 
 /// An EvictionRequest as its webhook decodes it: the spec and status whole, of the metadata only
 /// what the rules read (E1, E3, D1 and the heartbeat deadline): name, namespace, `generateName`,
-/// `creationTimestamp`. The rules take the [`EvictionRequest`] inside.
+/// `creationTimestamp`. The rules take the [`EvictionRequest`] inside. Boxed: the envelope's
+/// request is moved whole several times between the decoder and the handler, and two unboxed
+/// objects made it 1.9 KiB (a memory copy of 2–4% of a status update's decoding).
 #[derive(Clone, Debug)]
-pub struct AdmittedEvictionRequest(pub EvictionRequest);
+pub struct AdmittedEvictionRequest(pub Box<EvictionRequest>);
 
 impl<'de> Deserialize<'de> for AdmittedEvictionRequest {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -160,11 +162,11 @@ impl<'de> Deserialize<'de> for AdmittedEvictionRequest {
             status: Option<EvictionRequestStatus>,
         }
         let w = Wire::deserialize(d)?;
-        Ok(Self(EvictionRequest {
+        Ok(Self(Box::new(EvictionRequest {
             metadata: w.metadata,
             spec: w.spec,
             status: w.status,
-        }))
+        })))
     }
 }
 

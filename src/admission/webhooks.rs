@@ -22,7 +22,7 @@ use crate::cluster::{ClusterView, PodLookup};
 fn eviction_request<'a>(
     req: &ReviewRequest<'a, AdmittedEvictionRequest>,
 ) -> ReviewRequest<'a, EvictionRequest> {
-    req.map_objects(|o| &o.0)
+    req.map_objects(|o| &*o.0)
 }
 
 fn eviction_request_lookups<'a>(
