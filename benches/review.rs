@@ -7,7 +7,11 @@
 //! - `review_pod/unannotated_10KiB`: the same pod without the annotation (the common case the
 //!   Pod webhook must not slow down);
 //! - `review_eviction_request/status_heartbeat`: an interceptor's heartbeat, UPDATE of
-//!   `evictionrequests/status` (rules S1–S6).
+//!   `evictionrequests/status` (rules S1–S6);
+//! - `review_eviction_request/status_heartbeat_decode_only`: its decoding alone;
+//! - `review_eviction_request/status_heartbeat_uid_only`: the least a webhook decodes of it, the
+//!   `request.uid` with the rest skipped (what `make bench`'s limit server does), so that the
+//!   three say where the time goes: skipping the JSON, building the objects, the rules.
 //!
 //! Run: `cargo bench --bench review -- --quick` (or `--warm-up-time 1 --measurement-time 2`).
 
@@ -25,6 +29,10 @@ use evictord::admission::webhooks::{VALIDATE_EVICTION_REQUESTS, VALIDATE_PODS};
 use evictord::cluster::StaticView;
 use fixture::*;
 use jiff::Timestamp;
+
+/// The allocator of the evictord binary (src/main.rs), so that these figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const JSON: Option<&str> = Some("application/json");
 
@@ -69,6 +77,26 @@ fn review_eviction_request(
     verdict.allowed()
 }
 
+/// An AdmissionReview read for its `request.uid` only.
+#[derive(serde::Deserialize)]
+struct UidOnly<'a> {
+    #[serde(borrow)]
+    request: UidOnlyRequest<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct UidOnlyRequest<'a> {
+    uid: &'a str,
+}
+
+fn uid_only(body: &[u8]) -> usize {
+    serde_json::from_slice::<UidOnly>(body)
+        .expect("uid")
+        .request
+        .uid
+        .len()
+}
+
 fn benches(c: &mut Criterion) {
     let view = view();
     let settings = Settings::default();
@@ -97,6 +125,12 @@ fn benches(c: &mut Criterion) {
     requests.throughput(Throughput::Bytes(heartbeat.len() as u64));
     requests.bench_function("status_heartbeat", |b| {
         b.iter(|| review_eviction_request(black_box(&heartbeat), &view, &settings, now))
+    });
+    requests.bench_function("status_heartbeat_decode_only", |b| {
+        b.iter(|| decode::<AdmittedEvictionRequest>(JSON, black_box(&heartbeat)).is_ok())
+    });
+    requests.bench_function("status_heartbeat_uid_only", |b| {
+        b.iter(|| uid_only(black_box(&heartbeat)))
     });
     requests.finish();
 }
