@@ -99,6 +99,8 @@ fn micro() -> Vec<Micro> {
         "review_pod/annotated_10KiB",
         "review_pod/unannotated_10KiB",
         "review_eviction_request/status_heartbeat",
+        "review_eviction_request/status_heartbeat_decode_only",
+        "review_eviction_request/status_heartbeat_uid_only",
     ] {
         let path = root.join(name).join("new/estimates.json");
         let Ok(text) = std::fs::read_to_string(&path) else {
