@@ -13,11 +13,17 @@
 //!   interceptor active (evictord: its watch, queue, reconcile, the status write with its
 //!   webhook call, and the delivery of that write); and evictord's own histograms on
 //!   `/metrics` (reconcile duration, admission duration, any other duration histogram it
-//!   exports) over the run say how much of the second part is evictord's work;
+//!   exports) over the run say how much of the second part is evictord's work, and
+//!   kube-apiserver's own (its request duration of each EvictionRequest write, its calls of the
+//!   webhook, etcd's part: [`apiserver_series`]) how much is the API server's. The same runs
+//!   again with the completions paced (`EVICTORD_BENCH_HANDOFF_RATE` a second, open loop) show
+//!   the hand-off when the benchmark's own writes do not saturate the API server;
 //! - **webhook overhead seen by clients**: EvictionRequest create latency (4 in flight) with the
 //!   webhook registered and not registered, alternating, against an evictord with
 //!   `--controllers=none` (so nothing else touches the requests), `EVICTORD_BENCH_CREATE_ROUNDS`
-//!   rounds (default 5; the report quotes the median p99 ratio).
+//!   rounds (default 5; the report quotes the median p99 ratio), with kube-apiserver's and
+//!   evictord's own histograms of each round: how long the API server took per create with and
+//!   without the webhook, how long it spent calling it, and how long evictord took to answer;
 //!
 //! - **Eviction API bridge overhead**: Eviction API calls (`pods/eviction`, 4 in flight) for
 //!   un-annotated pods with the webhooks registered and not registered, alternating — what every
@@ -25,7 +31,7 @@
 //!
 //! The node maintenance drain benchmark is part 4 ([`crate::drain`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -198,6 +204,8 @@ pub struct EvictionRun {
 pub struct HandoffRun {
     pub in_flight: usize,
     pub handed_off: usize,
+    /// Completions written per second, open loop (`None`: all at once, [`WRITERS`] in flight).
+    pub completion_rate: Option<f64>,
     pub completion_writes_seconds: f64,
     /// Completion write returned → second interceptor active (seen by the benchmark's watch).
     pub latency: Latency,
@@ -208,6 +216,10 @@ pub struct HandoffRun {
     pub controller: Latency,
     /// evictord's own duration histograms over the run (from its `/metrics`).
     pub evictord_histograms: Vec<crate::prom::Delta>,
+    /// kube-apiserver's own histograms over the run ([`apiserver_series`]): how long it took to
+    /// serve the EvictionRequest writes (the benchmark's completions, evictord's status writes),
+    /// its calls of the webhook, and etcd's part.
+    pub apiserver_histograms: Vec<crate::prom::Delta>,
 }
 
 /// One create-latency round pair.
@@ -217,6 +229,13 @@ pub struct CreateRun {
     pub with_webhook: Latency,
     pub without_webhook: Latency,
     pub p99_ratio: f64,
+    /// kube-apiserver's own histograms ([`apiserver_series`]) over the round with the webhook:
+    /// the creates as it served them, and its calls of the webhook.
+    pub apiserver_with_webhook: Vec<crate::prom::Delta>,
+    /// The same over the round without the webhook.
+    pub apiserver_without_webhook: Vec<crate::prom::Delta>,
+    /// evictord's own review time of those creates (`evictord_admission_duration_seconds`).
+    pub evictord_with_webhook: Vec<crate::prom::Delta>,
 }
 
 /// One Eviction API call-latency round pair (un-annotated pods, bridge on / off).
@@ -233,7 +252,10 @@ pub struct EvictionCallRun {
 #[derive(Clone, Debug, Serialize)]
 pub struct ControllerResults {
     pub evictions: Vec<EvictionRun>,
+    /// Hand-offs with every completion written at once ([`WRITERS`] in flight): the goal's runs.
     pub handoffs: Vec<HandoffRun>,
+    /// Hand-offs with the completions paced (`EVICTORD_BENCH_HANDOFF_RATE`).
+    pub paced_handoffs: Vec<HandoffRun>,
     pub creates: Vec<CreateRun>,
     pub eviction_calls: Vec<EvictionCallRun>,
     pub evictord_flags: Vec<String>,
@@ -327,10 +349,160 @@ async fn scrape(e: &support::Evictord) -> std::collections::BTreeMap<String, cra
         .unwrap_or_default()
 }
 
+/// kube-apiserver's histograms (its own `/metrics`); empty when it cannot be read.
+async fn scrape_apiserver(client: &Client) -> BTreeMap<String, crate::prom::Series> {
+    let request = match http::Request::get("/metrics").body(vec![]) {
+        Ok(r) => r,
+        Err(_) => return BTreeMap::new(),
+    };
+    match client.request_text(request).await {
+        Ok(text) => crate::prom::histograms(&text),
+        Err(e) => {
+            eprintln!("[controllers] kube-apiserver /metrics: {e}");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// The value of label `name` in a series key `metric{a="x",b="y"}`.
+fn label<'a>(series: &'a str, name: &str) -> &'a str {
+    let needle = format!("{name}=\"");
+    series
+        .split_once('{')
+        .map_or("", |(_, labels)| labels)
+        .split(['{', ','])
+        .find_map(|kv| kv.strip_prefix(needle.as_str()))
+        .map_or("", |v| v.trim_end_matches('}').trim_end_matches('"'))
+}
+
+/// The kube-apiserver series that say where an EvictionRequest write's time goes, under a short
+/// name: its request duration by verb (`PATCH evictionrequests/status`: from the request's
+/// arrival to its answer, admission and etcd included), its calls of evictord's EvictionRequest
+/// webhook (`webhook evictionrequests.validate.evictord.dev UPDATE`), and etcd's part for custom
+/// objects (`etcd update`). `None` for every other series.
+pub fn apiserver_series(series: &str) -> Option<String> {
+    let metric = series.split_once('{').map_or(series, |(m, _)| m);
+    match metric {
+        "apiserver_request_duration_seconds"
+            if label(series, "resource") == "evictionrequests"
+                && ["POST", "PUT", "PATCH", "DELETE"].contains(&label(series, "verb")) =>
+        {
+            let sub = label(series, "subresource");
+            Some(format!(
+                "{} evictionrequests{}{sub}",
+                label(series, "verb"),
+                if sub.is_empty() { "" } else { "/" }
+            ))
+        }
+        "apiserver_admission_webhook_admission_duration_seconds"
+            if label(series, "name").starts_with("evictionrequests.") =>
+        {
+            Some(format!(
+                "webhook {} {}",
+                label(series, "name"),
+                label(series, "operation")
+            ))
+        }
+        "etcd_request_duration_seconds"
+            if label(series, "type").contains("nstructured")
+                && ["create", "update", "get"].contains(&label(series, "operation")) =>
+        {
+            Some(format!(
+                "etcd {} (custom objects)",
+                label(series, "operation")
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// What kube-apiserver's [`apiserver_series`] gained between two scrapes, under their short
+/// names (series with the same short name merged: counts and sums add up, the bucket bounds
+/// are dropped as they would no longer be exact).
+fn apiserver_deltas(
+    before: &BTreeMap<String, crate::prom::Series>,
+    after: &BTreeMap<String, crate::prom::Series>,
+) -> Vec<crate::prom::Delta> {
+    let mut merged: BTreeMap<String, crate::prom::Delta> = BTreeMap::new();
+    for d in crate::prom::deltas(before, after, |k| apiserver_series(k).is_some()) {
+        let Some(name) = apiserver_series(&d.series) else {
+            continue;
+        };
+        match merged.get_mut(&name) {
+            None => {
+                merged.insert(name.clone(), crate::prom::Delta { series: name, ..d });
+            }
+            Some(m) => {
+                let count = m.count + d.count;
+                m.mean_ms = (m.mean_ms * m.count + d.mean_ms * d.count) / count;
+                m.count = count;
+                m.p50_le_ms = f64::NAN;
+                m.p99_le_ms = f64::NAN;
+            }
+        }
+    }
+    merged.into_values().collect()
+}
+
+/// evictord's review time of EvictionRequest creates.
+fn create_admission_histogram(series: &str) -> bool {
+    series.starts_with("evictord_admission_duration_seconds")
+        && series.contains("evictionrequests")
+        && series.contains("CREATE")
+}
+
+/// Writes the first interceptor's completion of each of `objects`: all at once, [`WRITERS`] in
+/// flight, or (`rate`) one every 1/rate seconds, each at its scheduled time whatever the
+/// earlier ones are doing (open loop). Returns when each write returned, by request name.
+async fn complete_all(
+    api: &Api<EvictionRequest>,
+    objects: Vec<EvictionRequest>,
+    rate: Option<f64>,
+) -> anyhow::Result<HashMap<String, Instant>> {
+    let complete = |obj: EvictionRequest| {
+        let api = api.clone();
+        async move {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            complete_first(&api, obj).await.map(|t| (name, t))
+        }
+    };
+    let written: Vec<anyhow::Result<(String, Instant)>> = match rate {
+        None => {
+            futures::stream::iter(objects)
+                .map(complete)
+                .buffer_unordered(WRITERS)
+                .collect()
+                .await
+        }
+        Some(rate) => {
+            let start = tokio::time::Instant::now();
+            let tasks: Vec<_> = objects
+                .into_iter()
+                .enumerate()
+                .map(|(i, obj)| {
+                    let at = start + Duration::from_secs_f64(i as f64 / rate);
+                    let write = complete(obj);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(at).await;
+                        write.await
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(tasks.len());
+            for t in tasks {
+                out.push(t.await.map_err(anyhow::Error::from).and_then(|r| r));
+            }
+            out
+        }
+    };
+    written.into_iter().collect()
+}
+
 async fn handoff_run(
     c: &TestCluster,
     e: &support::Evictord,
     n: usize,
+    rate: Option<f64>,
 ) -> anyhow::Result<HandoffRun> {
     let client = c.client().await;
     let ns = c.namespace("bench-handoff").await;
@@ -353,22 +525,13 @@ async fn handoff_run(
         .collect();
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
     let metrics_before = scrape(e).await;
+    let apiserver_before = scrape_apiserver(&client).await;
     let t0 = Instant::now();
-    let written: Vec<anyhow::Result<(String, Instant)>> = futures::stream::iter(objects)
-        .map(|obj| {
-            let api = api.clone();
-            async move {
-                let name = obj.metadata.name.clone().unwrap_or_default();
-                complete_first(&api, obj).await.map(|t| (name, t))
-            }
-        })
-        .buffer_unordered(WRITERS)
-        .collect()
-        .await;
+    let written = complete_all(&api, objects, rate).await?;
     let completion_writes_seconds = t0.elapsed().as_secs_f64();
-    let written: HashMap<String, Instant> = written.into_iter().collect::<anyhow::Result<_>>()?;
     wait_for(&seen, timeout, |s| s.second_active.len() >= n).await;
     let metrics_after = scrape(e).await;
+    let apiserver_after = scrape_apiserver(&client).await;
     watch.abort();
     let s = seen.lock().expect("lock").clone();
     remove_run(&client, &ns).await?;
@@ -392,6 +555,7 @@ async fn handoff_run(
     Ok(HandoffRun {
         in_flight: n,
         handed_off: samples.len(),
+        completion_rate: rate,
         completion_writes_seconds,
         latency: latency(samples),
         watch_delivery: latency(delivery),
@@ -401,6 +565,7 @@ async fn handoff_run(
             &metrics_after,
             handoff_histogram,
         ),
+        apiserver_histograms: apiserver_deltas(&apiserver_before, &apiserver_after),
     })
 }
 
@@ -476,6 +641,8 @@ async fn create_runs(
     for run in 0..runs {
         let mut with = None;
         let mut without = None;
+        let (mut apiserver_with, mut apiserver_without, mut evictord_with) =
+            (Vec::new(), Vec::new(), Vec::new());
         // Alternate which goes first.
         let order = if run % 2 == 0 {
             [true, false]
@@ -488,7 +655,15 @@ async fn create_runs(
             } else {
                 unregister_webhooks(&client).await?;
             }
+            let (apiserver_before, evictord_before) =
+                (scrape_apiserver(&client).await, scrape(e).await);
             let lat = latency(create_requests(&client, &ns, &pods, 4).await?);
+            let apiserver = apiserver_deltas(&apiserver_before, &scrape_apiserver(&client).await);
+            let evictord = crate::prom::deltas(
+                &evictord_before,
+                &scrape(e).await,
+                create_admission_histogram,
+            );
             eprintln!(
                 "[controllers] create latency, webhook {}: p50 {:.1} ms, p99 {:.1} ms",
                 if webhook { "on" } else { "off" },
@@ -497,8 +672,11 @@ async fn create_runs(
             );
             delete_requests(&client, &ns).await?;
             if webhook {
+                evictord_with = evictord;
+                apiserver_with = apiserver;
                 with = Some(lat);
             } else {
+                apiserver_without = apiserver;
                 without = Some(lat);
             }
         }
@@ -508,6 +686,9 @@ async fn create_runs(
             p99_ratio: with.p99_ms / without.p99_ms,
             with_webhook: with,
             without_webhook: without,
+            apiserver_with_webhook: apiserver_with,
+            apiserver_without_webhook: apiserver_without,
+            evictord_with_webhook: evictord_with,
         });
     }
     drop(pods);
@@ -619,6 +800,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
     ];
     let mut evictions = Vec::new();
     let mut handoffs = Vec::new();
+    let mut paced_handoffs = Vec::new();
     {
         let e = support::Evictord::start(c, &flags).await;
         e.register_webhooks(c, "evictord").await;
@@ -635,18 +817,27 @@ pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
             evictions.push(r);
         }
         for run in 0..s.runs {
-            let r = handoff_run(c, &e, s.handoffs).await?;
-            eprintln!(
-                "[controllers] hand-off run {}/{}: {} handed off, p50 {:.0} ms, p99 {:.0} ms (watch delivery p99 {:.0} ms, then evictord p99 {:.0} ms)",
-                run + 1,
-                s.runs,
-                r.handed_off,
-                r.latency.p50_ms,
-                r.latency.p99_ms,
-                r.watch_delivery.p99_ms,
-                r.controller.p99_ms
-            );
-            handoffs.push(r);
+            for rate in std::iter::once(None).chain(s.handoff_rate.map(Some)) {
+                let r = handoff_run(c, &e, s.handoffs, rate).await?;
+                eprintln!(
+                    "[controllers] hand-off run {}/{} ({}): {} handed off, p50 {:.0} ms, p99 {:.0} ms (watch delivery p99 {:.0} ms, then evictord p99 {:.0} ms)",
+                    run + 1,
+                    s.runs,
+                    rate.map_or_else(
+                        || format!("completions {WRITERS} in flight"),
+                        |r| format!("completions paced at {r:.0}/s")
+                    ),
+                    r.handed_off,
+                    r.latency.p50_ms,
+                    r.latency.p99_ms,
+                    r.watch_delivery.p99_ms,
+                    r.controller.p99_ms
+                );
+                match rate {
+                    None => handoffs.push(r),
+                    Some(_) => paced_handoffs.push(r),
+                }
+            }
         }
     }
     let (creates, eviction_calls) = {
@@ -659,6 +850,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<ControllerResults> {
     Ok(ControllerResults {
         evictions,
         handoffs,
+        paced_handoffs,
         creates,
         eviction_calls,
         evictord_flags: flags.iter().map(|f| f.to_string()).collect(),

@@ -2,10 +2,13 @@
 //! HTTP/1.1 or HTTP/2 ([`Protocol`]).
 //!
 //! - HTTP/1.1: one request at a time per keep-alive connection, no ALPN (the server falls back
-//!   to HTTP/1.1).
-//! - HTTP/2: ALPN `h2` (as kube-apiserver's webhook client negotiates it), checked after every
-//!   handshake (a server that does not select `h2` fails the run); several concurrent streams
-//!   per connection, each stream a worker of its own.
+//!   to HTTP/1.1). This is how kube-apiserver calls admission webhooks: its webhook client
+//!   offers only `http/1.1` (`NextProtos` in k8s.io/apiserver's `util/webhook/client.go`, so
+//!   that concurrent calls spread over a Service's endpoints, kubernetes issue 75791), and
+//!   keeps at most 25 idle connections a host, opening more under more concurrency.
+//! - HTTP/2: ALPN `h2`, checked after every handshake (a server that does not select `h2` fails
+//!   the run); several concurrent streams per connection, each stream a worker of its own. What
+//!   other HTTP/2 clients of a webhook do (kube-apiserver's other webhook clients, proxies).
 //!
 //! Both modes:
 //!
@@ -86,7 +89,7 @@ pub struct Target {
 }
 
 /// A client configuration trusting only `ca_pem`. HTTP/1.1: no ALPN (the server falls back to
-/// HTTP/1.1). HTTP/2: ALPN `h2` only, as kube-apiserver's client offers it first.
+/// HTTP/1.1). HTTP/2: ALPN `h2` only.
 pub fn client_config(ca_pem: &str, protocol: Protocol) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {

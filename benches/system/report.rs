@@ -262,7 +262,7 @@ impl Report {
             Some(Ok(w)) => w,
         };
         o += &format!(
-            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration — ALPN `h2`, `http/1.1` — and certificate, TCP_NODELAY; it parses each body as JSON into a struct holding only `request.uid`, serde skipping the rest, and answers allowed with that uid) on loopback, TLS 1.3. Pinning: {}. Protocols: {}. HTTP/1.1: keep-alive, {} connections at saturation, a pool of {} for the fixed rates. HTTP/2: ALPN `h2` (checked on every connection, as kube-apiserver negotiates it), {} connections × {} concurrent streams, at saturation and for the fixed rates. Saturation: closed loop per connection (HTTP/1.1) or stream (HTTP/2), {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends, {} s each, latency from the scheduled send time to the end of the response. Every answer must be 200, allowed, and echo its request's `request.uid` ({} distinct uids per body kind, sent in turn); anything else counts as an error. {} runs, the servers' order rotated each run. Two comparisons: the throughput fraction (server req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
+            "`evictord serve` in offline mode (release build) and the limit server (`benches/system/limit_server.rs`: axum + rustls, same TLS configuration — ALPN `h2`, `http/1.1` — and certificate, TCP_NODELAY; it parses each body as JSON into a struct holding only `request.uid`, serde skipping the rest, and answers allowed with that uid) on loopback, TLS 1.3. Pinning: {}. Protocols: {}. HTTP/1.1: keep-alive, {} connections at saturation, a pool of {} for the fixed rates. HTTP/1.1 is what kube-apiserver speaks to admission webhooks (its webhook client offers only `http/1.1`). HTTP/2: ALPN `h2` (checked on every connection), {} connections × {} concurrent streams, at saturation and for the fixed rates. Saturation: closed loop per connection (HTTP/1.1) or stream (HTTP/2), {} s warm-up + {} s measured. Fixed rates: open loop, scheduled sends, {} s each, latency from the scheduled send time to the end of the response. Every answer must be 200, allowed, and echo its request's `request.uid` ({} distinct uids per body kind, sent in turn); anything else counts as an error. {} runs, the servers' order rotated each run. Two comparisons: the throughput fraction (server req/s ÷ limit req/s at saturation) and, because on two cores the one-core load generator can be the bottleneck before a server is (then the limit server uses less than its core and the fraction flatters evictord), the server CPU per request of each (read from `/proc/PID/stat` over the measured window; 10 ms tick).\n\n",
             w.pinning,
             w.protocols
                 .iter()
@@ -470,6 +470,9 @@ impl Report {
                     );
                 }
             }
+            if let Some(last) = c.handoffs.last() {
+                o += &apiserver_rows(&last.apiserver_histograms, n, "hand-off", "last run");
+            }
             o += &format!(
                 "| time to write all {n} completions (32 in flight) | {:.1} s | {} |\n",
                 median(c.handoffs.iter().map(|r| r.completion_writes_seconds)),
@@ -482,6 +485,31 @@ impl Report {
                     .collect::<Vec<_>>()
                     .join("; ")
             );
+        }
+        if let Some(rate) = c.paced_handoffs.first().and_then(|r| r.completion_rate) {
+            let n = c.paced_handoffs[0].in_flight;
+            let runs = |f: fn(&crate::controllers::HandoffRun) -> f64| {
+                c.paced_handoffs
+                    .iter()
+                    .map(|r| format!("{:.0}", f(r)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            o += &format!(
+                "| interceptor hand-off p50 / p99, {n} requests in flight, completions paced at {rate:.0}/s (open loop) | **{:.0} / {:.0} ms** | {} ms (p99) |\n| — watch delivery, p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — then evictord (its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
+                median(c.paced_handoffs.iter().map(|r| r.latency.p50_ms)),
+                median(c.paced_handoffs.iter().map(|r| r.latency.p99_ms)),
+                runs(|r| r.latency.p99_ms),
+                median(c.paced_handoffs.iter().map(|r| r.watch_delivery.p50_ms)),
+                median(c.paced_handoffs.iter().map(|r| r.watch_delivery.p99_ms)),
+                runs(|r| r.watch_delivery.p99_ms),
+                median(c.paced_handoffs.iter().map(|r| r.controller.p50_ms)),
+                median(c.paced_handoffs.iter().map(|r| r.controller.p99_ms)),
+                runs(|r| r.controller.p99_ms),
+            );
+            if let Some(last) = c.paced_handoffs.last() {
+                o += &apiserver_rows(&last.apiserver_histograms, n, "hand-off", "last paced run");
+            }
         }
         if !c.creates.is_empty() {
             let n = c.creates[0].creates;
@@ -501,6 +529,30 @@ impl Report {
                 median(c.creates.iter().map(|r| r.without_webhook.p50_ms)),
                 median(c.creates.iter().map(|r| r.without_webhook.p99_ms)),
             );
+            if let Some(last) = c.creates.last() {
+                o += &apiserver_rows(
+                    &last.apiserver_with_webhook,
+                    n,
+                    "create",
+                    "last round with the webhook",
+                );
+                o += &apiserver_rows(
+                    &last.apiserver_without_webhook,
+                    n,
+                    "create",
+                    "last round without the webhook",
+                );
+                for d in &last.evictord_with_webhook {
+                    o += &format!(
+                        "| — evictord `{}` over the last round with the webhook: per create, mean, p50 / p99 (bucket bounds) | {:.2}, {:.3} ms, ≤ {} / ≤ {} ms | |\n",
+                        d.series,
+                        d.count / n.max(1) as f64,
+                        d.mean_ms,
+                        le(d.p50_le_ms),
+                        le(d.p99_le_ms)
+                    );
+                }
+            }
         }
         if !c.eviction_calls.is_empty() {
             let n = c.eviction_calls[0].calls;
@@ -616,13 +668,32 @@ impl Report {
     }
 }
 
-/// A histogram bucket bound in milliseconds.
+/// A histogram bucket bound in milliseconds (`-` when unknown: series merged under one name).
 fn le(ms: f64) -> String {
-    if ms.is_finite() {
+    if ms.is_nan() {
+        "-".into()
+    } else if ms.is_finite() {
         format!("{ms:.1}")
     } else {
         "+Inf".into()
     }
+}
+
+/// Table rows of kube-apiserver's own histograms over a run (`per` operations of `unit`).
+fn apiserver_rows(histograms: &[crate::prom::Delta], per: usize, unit: &str, when: &str) -> String {
+    histograms
+        .iter()
+        .map(|d| {
+            format!(
+                "| — kube-apiserver `{}` over the {when}: per {unit}, mean, p50 / p99 (bucket bounds) | {:.2}, {:.1} ms, ≤ {} / ≤ {} ms | |\n",
+                d.series,
+                d.count / per.max(1) as f64,
+                d.mean_ms,
+                le(d.p50_le_ms),
+                le(d.p99_le_ms)
+            )
+        })
+        .collect()
 }
 
 /// The cells of a memory level's row: pods, median RSS, each run's RSS, bytes per pod, peak.

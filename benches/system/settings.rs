@@ -14,7 +14,7 @@
 //! | `EVICTORD_BENCH_H2_CONNECTIONS` | `4` | HTTP/2 connections, at saturation and in the fixed-rate pool |
 //! | `EVICTORD_BENCH_H2_STREAMS` | `8` | concurrent HTTP/2 streams per connection (4 × 8 = 32 requests in flight) |
 //! | `EVICTORD_BENCH_BASELINE` | unset | path of another `evictord` binary (e.g. a build of an older commit) measured in the webhook part like evictord, and for idle RSS in the memory part: the report's third column |
-//! | `EVICTORD_BENCH_PROFILE` | `1` | `0`: no `perf` profile of evictord (one extra HTTP/2 saturation run per body when `perf` works); `keep`: record call graphs with DWARF unwinding, keep `perf-<body>.data` next to the report for `perf report`, and add the inclusive (children) view of evictord's own functions |
+//! | `EVICTORD_BENCH_PROFILE` | `1` | `0`: no `perf` profile of evictord (one extra HTTP/1.1 saturation run per body when `perf` works); `keep`: record call graphs with DWARF unwinding, keep `perf-<body>.data` next to the report for `perf report`, and add the inclusive (children) view of evictord's own functions |
 //! | `EVICTORD_BENCH_SECONDS` | `4` | measured seconds at saturation (after 1 s warm-up) |
 //! | `EVICTORD_BENCH_RATE_SECONDS` | `3` | seconds per fixed-rate run |
 //! | `EVICTORD_BENCH_RATES` | `1000,5000` | fixed rates, requests/s |
@@ -22,6 +22,7 @@
 //! | `EVICTORD_BENCH_REPLAY_PODS` | `150000` | cached pod counts replayed from a recording (memory part; empty: none) |
 //! | `EVICTORD_BENCH_EVICTIONS` | `1000` | pods evicted per run (no interceptors) |
 //! | `EVICTORD_BENCH_HANDOFFS` | `1000` | requests in flight in the hand-off run |
+//! | `EVICTORD_BENCH_HANDOFF_RATE` | `100` | completions per second of the paced hand-off runs (open loop), besides the runs that write every completion at once, 32 in flight; `0`: no paced runs |
 //! | `EVICTORD_BENCH_CREATES` | `1000` | EvictionRequest creates, and Eviction API calls for un-annotated pods, per webhook on/off round |
 //! | `EVICTORD_BENCH_CREATE_ROUNDS` | `5` | webhook on/off rounds of the EvictionRequest create latency (issue 17 goal 6: median of 5) |
 //! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
@@ -56,6 +57,8 @@ pub struct Settings {
     pub replay_pod_counts: Vec<usize>,
     pub evictions: usize,
     pub handoffs: usize,
+    /// Completions per second of the paced hand-off runs (`None`: not run).
+    pub handoff_rate: Option<f64>,
     pub creates: usize,
     pub create_rounds: usize,
     pub drain_runs: usize,
@@ -114,12 +117,17 @@ impl Settings {
         let replay_pod_counts = list(&var("EVICTORD_BENCH_REPLAY_PODS", "150000"))?;
         let evictions = var("EVICTORD_BENCH_EVICTIONS", "1000").parse()?;
         let handoffs = var("EVICTORD_BENCH_HANDOFFS", "1000").parse()?;
+        let handoff_rate: f64 = var("EVICTORD_BENCH_HANDOFF_RATE", "100").parse()?;
         let creates = var("EVICTORD_BENCH_CREATES", "1000").parse()?;
         let create_rounds = var("EVICTORD_BENCH_CREATE_ROUNDS", "5").parse()?;
         let drain_runs = var("EVICTORD_BENCH_DRAIN_RUNS", "3").parse()?;
         let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
         let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
+        anyhow::ensure!(
+            handoff_rate.is_finite() && handoff_rate >= 0.0,
+            "EVICTORD_BENCH_HANDOFF_RATE must be a rate of 0 or more completions per second"
+        );
         anyhow::ensure!(
             create_rounds >= 1,
             "EVICTORD_BENCH_CREATE_ROUNDS must be at least 1"
@@ -166,6 +174,7 @@ impl Settings {
             replay_pod_counts,
             evictions,
             handoffs,
+            handoff_rate: (handoff_rate > 0.0).then_some(handoff_rate),
             creates,
             create_rounds,
             drain_runs,

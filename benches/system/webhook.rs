@@ -7,9 +7,10 @@
 //! apart at most, over the same protocol. EvictionRequest creates go to evictords connected to
 //! the control plane with [`CREATE_TARGETS`] pods cached.
 //!
-//! After the runs of a body, when `perf` works, one more HTTP/2 saturation run of evictord is
-//! profiled (`perf record -F 999 -g -p PID`); the self-time summary goes to
-//! `profile-<body>.txt` next to `REPORT.md`.
+//! After the runs of a body, when `perf` works, one more HTTP/1.1 saturation run of evictord
+//! (the protocol kube-apiserver calls admission webhooks with) is profiled
+//! (`perf record -F 999 -g -p PID`); the self-time summary goes to `profile-<body>.txt` next to
+//! `REPORT.md`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -942,9 +943,10 @@ pub async fn run(
             }
         }
         if s.profile {
-            // HTTP/2 is how kube-apiserver calls webhooks: profile that when it is measured.
-            let protocol = if s.protocols.contains(&Protocol::H2) {
-                Protocol::H2
+            // HTTP/1.1 is how kube-apiserver calls admission webhooks (its webhook client offers
+            // only `http/1.1`): profile that when it is measured.
+            let protocol = if s.protocols.contains(&Protocol::Http1) {
+                Protocol::Http1
             } else {
                 s.protocols[0]
             };
