@@ -459,19 +459,15 @@ impl Report {
                 runs(|r| r.controller.p99_ms),
             );
             if let Some(last) = c.handoffs.last() {
-                for d in &last.evictord_histograms {
-                    o += &format!(
-                        "| — evictord `{}` over the last run: per hand-off, mean, p50 / p99 (bucket bounds) | {:.2}, {:.1} ms, ≤ {} / ≤ {} ms | |\n",
-                        d.series,
-                        d.count / n.max(1) as f64,
-                        d.mean_ms,
-                        le(d.p50_le_ms),
-                        le(d.p99_le_ms)
-                    );
-                }
-            }
-            if let Some(last) = c.handoffs.last() {
-                o += &apiserver_rows(&last.apiserver_histograms, n, "hand-off", "last run");
+                let when = "last run";
+                o += &histogram_rows(&last.evictord_histograms, n, "hand-off", "evictord", when);
+                o += &histogram_rows(
+                    &last.apiserver_histograms,
+                    n,
+                    "hand-off",
+                    "kube-apiserver",
+                    when,
+                );
             }
             o += &format!(
                 "| time to write all {n} completions (32 in flight) | {:.1} s | {} |\n",
@@ -508,7 +504,13 @@ impl Report {
                 runs(|r| r.controller.p99_ms),
             );
             if let Some(last) = c.paced_handoffs.last() {
-                o += &apiserver_rows(&last.apiserver_histograms, n, "hand-off", "last paced run");
+                o += &histogram_rows(
+                    &last.apiserver_histograms,
+                    n,
+                    "hand-off",
+                    "kube-apiserver",
+                    "last paced run",
+                );
             }
         }
         if !c.creates.is_empty() {
@@ -530,28 +532,23 @@ impl Report {
                 median(c.creates.iter().map(|r| r.without_webhook.p99_ms)),
             );
             if let Some(last) = c.creates.last() {
-                o += &apiserver_rows(
+                let with = "last round with the webhook";
+                let without = "last round without the webhook";
+                o += &histogram_rows(
                     &last.apiserver_with_webhook,
                     n,
                     "create",
-                    "last round with the webhook",
+                    "kube-apiserver",
+                    with,
                 );
-                o += &apiserver_rows(
+                o += &histogram_rows(
                     &last.apiserver_without_webhook,
                     n,
                     "create",
-                    "last round without the webhook",
+                    "kube-apiserver",
+                    without,
                 );
-                for d in &last.evictord_with_webhook {
-                    o += &format!(
-                        "| — evictord `{}` over the last round with the webhook: per create, mean, p50 / p99 (bucket bounds) | {:.2}, {:.3} ms, ≤ {} / ≤ {} ms | |\n",
-                        d.series,
-                        d.count / n.max(1) as f64,
-                        d.mean_ms,
-                        le(d.p50_le_ms),
-                        le(d.p99_le_ms)
-                    );
-                }
+                o += &histogram_rows(&last.evictord_with_webhook, n, "create", "evictord", with);
             }
         }
         if !c.eviction_calls.is_empty() {
@@ -679,13 +676,20 @@ fn le(ms: f64) -> String {
     }
 }
 
-/// Table rows of kube-apiserver's own histograms over a run (`per` operations of `unit`).
-fn apiserver_rows(histograms: &[crate::prom::Delta], per: usize, unit: &str, when: &str) -> String {
+/// Table rows of one process's own histograms (`source`: evictord, kube-apiserver) over a run
+/// of `per` operations of `unit`.
+fn histogram_rows(
+    histograms: &[crate::prom::Delta],
+    per: usize,
+    unit: &str,
+    source: &str,
+    when: &str,
+) -> String {
     histograms
         .iter()
         .map(|d| {
             format!(
-                "| — kube-apiserver `{}` over the {when}: per {unit}, mean, p50 / p99 (bucket bounds) | {:.2}, {:.1} ms, ≤ {} / ≤ {} ms | |\n",
+                "| — {source} `{}` over the {when}: per {unit}, mean, p50 / p99 (bucket bounds) | {:.2}, {:.3} ms, ≤ {} / ≤ {} ms | |\n",
                 d.series,
                 d.count / per.max(1) as f64,
                 d.mean_ms,
