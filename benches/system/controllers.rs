@@ -15,9 +15,9 @@
 //!   `/metrics` (reconcile duration, admission duration, any other duration histogram it
 //!   exports) over the run say how much of the second part is evictord's work, and
 //!   kube-apiserver's own (its request duration of each EvictionRequest write, its calls of the
-//!   webhook, etcd's part: [`apiserver_series`]) how much is the API server's. The same runs
-//!   again with the completions paced (`EVICTORD_BENCH_HANDOFF_RATE` a second, open loop) show
-//!   the hand-off when the benchmark's own writes do not saturate the API server;
+//!   webhook, etcd's part: [`crate::prom::apiserver_series`]) how much is the API server's. The
+//!   same runs again with the completions paced (`EVICTORD_BENCH_HANDOFF_RATE` a second, open
+//!   loop) show the hand-off when the benchmark's own writes do not saturate the API server;
 //! - **webhook overhead seen by clients**: EvictionRequest create latency (4 in flight) with the
 //!   webhook registered and not registered, alternating, against an evictord with
 //!   `--controllers=none` (so nothing else touches the requests), `EVICTORD_BENCH_CREATE_ROUNDS`
@@ -31,7 +31,7 @@
 //!
 //! The node maintenance drain benchmark is part 4 ([`crate::drain`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -216,9 +216,9 @@ pub struct HandoffRun {
     pub controller: Latency,
     /// evictord's own duration histograms over the run (from its `/metrics`).
     pub evictord_histograms: Vec<crate::prom::Delta>,
-    /// kube-apiserver's own histograms over the run ([`apiserver_series`]): how long it took to
-    /// serve the EvictionRequest writes (the benchmark's completions, evictord's status writes),
-    /// its calls of the webhook, and etcd's part.
+    /// kube-apiserver's own histograms over the run ([`crate::prom::apiserver_series`]): how
+    /// long it took to serve the EvictionRequest writes (the benchmark's completions, evictord's
+    /// status writes), its calls of the webhook, and etcd's part.
     pub apiserver_histograms: Vec<crate::prom::Delta>,
 }
 
@@ -229,8 +229,8 @@ pub struct CreateRun {
     pub with_webhook: Latency,
     pub without_webhook: Latency,
     pub p99_ratio: f64,
-    /// kube-apiserver's own histograms ([`apiserver_series`]) over the round with the webhook:
-    /// the creates as it served them, and its calls of the webhook.
+    /// kube-apiserver's own histograms ([`crate::prom::apiserver_series`]) over the round with
+    /// the webhook: the creates as it served them, and its calls of the webhook.
     pub apiserver_with_webhook: Vec<crate::prom::Delta>,
     /// The same over the round without the webhook.
     pub apiserver_without_webhook: Vec<crate::prom::Delta>,
@@ -349,101 +349,6 @@ async fn scrape(e: &support::Evictord) -> std::collections::BTreeMap<String, cra
         .unwrap_or_default()
 }
 
-/// kube-apiserver's histograms (its own `/metrics`); empty when it cannot be read.
-async fn scrape_apiserver(client: &Client) -> BTreeMap<String, crate::prom::Series> {
-    let request = match http::Request::get("/metrics").body(vec![]) {
-        Ok(r) => r,
-        Err(_) => return BTreeMap::new(),
-    };
-    match client.request_text(request).await {
-        Ok(text) => crate::prom::histograms(&text),
-        Err(e) => {
-            eprintln!("[controllers] kube-apiserver /metrics: {e}");
-            BTreeMap::new()
-        }
-    }
-}
-
-/// The value of label `name` in a series key `metric{a="x",b="y"}`.
-fn label<'a>(series: &'a str, name: &str) -> &'a str {
-    let needle = format!("{name}=\"");
-    series
-        .split_once('{')
-        .map_or("", |(_, labels)| labels)
-        .split(['{', ','])
-        .find_map(|kv| kv.strip_prefix(needle.as_str()))
-        .map_or("", |v| v.trim_end_matches('}').trim_end_matches('"'))
-}
-
-/// The kube-apiserver series that say where an EvictionRequest write's time goes, under a short
-/// name: its request duration by verb (`PATCH evictionrequests/status`: from the request's
-/// arrival to its answer, admission and etcd included), its calls of evictord's EvictionRequest
-/// webhook (`webhook evictionrequests.validate.evictord.dev UPDATE`), and etcd's part for custom
-/// objects (`etcd update`). `None` for every other series.
-pub fn apiserver_series(series: &str) -> Option<String> {
-    let metric = series.split_once('{').map_or(series, |(m, _)| m);
-    match metric {
-        "apiserver_request_duration_seconds"
-            if label(series, "resource") == "evictionrequests"
-                && ["POST", "PUT", "PATCH", "DELETE"].contains(&label(series, "verb")) =>
-        {
-            let sub = label(series, "subresource");
-            Some(format!(
-                "{} evictionrequests{}{sub}",
-                label(series, "verb"),
-                if sub.is_empty() { "" } else { "/" }
-            ))
-        }
-        "apiserver_admission_webhook_admission_duration_seconds"
-            if label(series, "name").starts_with("evictionrequests.") =>
-        {
-            Some(format!(
-                "webhook {} {}",
-                label(series, "name"),
-                label(series, "operation")
-            ))
-        }
-        "etcd_request_duration_seconds"
-            if label(series, "type").contains("nstructured")
-                && ["create", "update", "get"].contains(&label(series, "operation")) =>
-        {
-            Some(format!(
-                "etcd {} (custom objects)",
-                label(series, "operation")
-            ))
-        }
-        _ => None,
-    }
-}
-
-/// What kube-apiserver's [`apiserver_series`] gained between two scrapes, under their short
-/// names (series with the same short name merged: counts and sums add up, the bucket bounds
-/// are dropped as they would no longer be exact).
-fn apiserver_deltas(
-    before: &BTreeMap<String, crate::prom::Series>,
-    after: &BTreeMap<String, crate::prom::Series>,
-) -> Vec<crate::prom::Delta> {
-    let mut merged: BTreeMap<String, crate::prom::Delta> = BTreeMap::new();
-    for d in crate::prom::deltas(before, after, |k| apiserver_series(k).is_some()) {
-        let Some(name) = apiserver_series(&d.series) else {
-            continue;
-        };
-        match merged.get_mut(&name) {
-            None => {
-                merged.insert(name.clone(), crate::prom::Delta { series: name, ..d });
-            }
-            Some(m) => {
-                let count = m.count + d.count;
-                m.mean_ms = (m.mean_ms * m.count + d.mean_ms * d.count) / count;
-                m.count = count;
-                m.p50_le_ms = f64::NAN;
-                m.p99_le_ms = f64::NAN;
-            }
-        }
-    }
-    merged.into_values().collect()
-}
-
 /// evictord's review time of EvictionRequest creates.
 fn create_admission_histogram(series: &str) -> bool {
     series.starts_with("evictord_admission_duration_seconds")
@@ -525,13 +430,13 @@ async fn handoff_run(
         .collect();
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
     let metrics_before = scrape(e).await;
-    let apiserver_before = scrape_apiserver(&client).await;
+    let apiserver_before = crate::prom::scrape_apiserver(&client).await;
     let t0 = Instant::now();
     let written = complete_all(&api, objects, rate).await?;
     let completion_writes_seconds = t0.elapsed().as_secs_f64();
     wait_for(&seen, timeout, |s| s.second_active.len() >= n).await;
     let metrics_after = scrape(e).await;
-    let apiserver_after = scrape_apiserver(&client).await;
+    let apiserver_after = crate::prom::scrape_apiserver(&client).await;
     watch.abort();
     let s = seen.lock().expect("lock").clone();
     remove_run(&client, &ns).await?;
@@ -565,7 +470,7 @@ async fn handoff_run(
             &metrics_after,
             handoff_histogram,
         ),
-        apiserver_histograms: apiserver_deltas(&apiserver_before, &apiserver_after),
+        apiserver_histograms: crate::prom::apiserver_deltas(&apiserver_before, &apiserver_after),
     })
 }
 
@@ -655,10 +560,15 @@ async fn create_runs(
             } else {
                 unregister_webhooks(&client).await?;
             }
-            let (apiserver_before, evictord_before) =
-                (scrape_apiserver(&client).await, scrape(e).await);
+            let (apiserver_before, evictord_before) = (
+                crate::prom::scrape_apiserver(&client).await,
+                scrape(e).await,
+            );
             let lat = latency(create_requests(&client, &ns, &pods, 4).await?);
-            let apiserver = apiserver_deltas(&apiserver_before, &scrape_apiserver(&client).await);
+            let apiserver = crate::prom::apiserver_deltas(
+                &apiserver_before,
+                &crate::prom::scrape_apiserver(&client).await,
+            );
             let evictord = crate::prom::deltas(
                 &evictord_before,
                 &scrape(e).await,

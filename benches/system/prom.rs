@@ -1,9 +1,11 @@
-//! Histograms from a Prometheus text exposition (evictord's `/metrics`), and what they gained
-//! between two scrapes: count, mean, and p50/p99 read from the buckets (the upper bound of the
-//! bucket the quantile falls in, so "at most").
+//! Histograms from a Prometheus text exposition (evictord's or kube-apiserver's `/metrics`), and
+//! what they gained between two scrapes: count, mean, and p50/p99 read from the buckets (the
+//! upper bound of the bucket the quantile falls in, so "at most"); and the kube-apiserver series
+//! that say where an EvictionRequest write's time goes.
 
 use std::collections::BTreeMap;
 
+use kube::Client;
 use serde::Serialize;
 
 /// One histogram series: cumulative buckets (upper bound, count), sum and count.
@@ -151,4 +153,99 @@ pub fn deltas(
         });
     }
     out
+}
+
+/// kube-apiserver's histograms (its own `/metrics`); empty when it cannot be read.
+pub async fn scrape_apiserver(client: &Client) -> BTreeMap<String, Series> {
+    let request = match http::Request::get("/metrics").body(vec![]) {
+        Ok(r) => r,
+        Err(_) => return BTreeMap::new(),
+    };
+    match client.request_text(request).await {
+        Ok(text) => histograms(&text),
+        Err(e) => {
+            eprintln!("[bench] kube-apiserver /metrics: {e}");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// The value of label `name` in a series key `metric{a="x",b="y"}`.
+fn label<'a>(series: &'a str, name: &str) -> &'a str {
+    let needle = format!("{name}=\"");
+    series
+        .split_once('{')
+        .map_or("", |(_, labels)| labels)
+        .split(['{', ','])
+        .find_map(|kv| kv.strip_prefix(needle.as_str()))
+        .map_or("", |v| v.trim_end_matches('}').trim_end_matches('"'))
+}
+
+/// The kube-apiserver series that say where an EvictionRequest write's time goes, under a short
+/// name: its request duration by verb (`PATCH evictionrequests/status`: from the request's
+/// arrival to its answer, admission and etcd included), its calls of evictord's EvictionRequest
+/// webhook (`webhook evictionrequests.validate.evictord.dev UPDATE`), and etcd's part for custom
+/// objects (`etcd update`). `None` for every other series.
+pub fn apiserver_series(series: &str) -> Option<String> {
+    let metric = series.split_once('{').map_or(series, |(m, _)| m);
+    match metric {
+        "apiserver_request_duration_seconds"
+            if label(series, "resource") == "evictionrequests"
+                && ["POST", "PUT", "PATCH", "DELETE"].contains(&label(series, "verb")) =>
+        {
+            let sub = label(series, "subresource");
+            Some(format!(
+                "{} evictionrequests{}{sub}",
+                label(series, "verb"),
+                if sub.is_empty() { "" } else { "/" }
+            ))
+        }
+        "apiserver_admission_webhook_admission_duration_seconds"
+            if label(series, "name").starts_with("evictionrequests.") =>
+        {
+            Some(format!(
+                "webhook {} {}",
+                label(series, "name"),
+                label(series, "operation")
+            ))
+        }
+        "etcd_request_duration_seconds"
+            if label(series, "type").contains("nstructured")
+                && ["create", "update", "get"].contains(&label(series, "operation")) =>
+        {
+            Some(format!(
+                "etcd {} (custom objects)",
+                label(series, "operation")
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// What kube-apiserver's [`apiserver_series`] gained between two scrapes, under their short
+/// names (series with the same short name merged: counts and sums add up, the bucket bounds
+/// are dropped as they would no longer be exact).
+pub fn apiserver_deltas(
+    before: &BTreeMap<String, Series>,
+    after: &BTreeMap<String, Series>,
+) -> Vec<Delta> {
+    let mut merged: BTreeMap<String, Delta> = BTreeMap::new();
+    for d in deltas(before, after, |k| apiserver_series(k).is_some()) {
+        let Some(name) = apiserver_series(&d.series) else {
+            continue;
+        };
+        match merged.get_mut(&name) {
+            None => {
+                merged.insert(name.clone(), Delta { series: name, ..d });
+            }
+            Some(m) => {
+                let count = m.count + d.count;
+                m.mean_ms = (m.mean_ms * m.count + d.mean_ms * d.count) / count;
+                m.count = count;
+                m.p50_le_ms = f64::NAN;
+                m.p99_le_ms = f64::NAN;
+            }
+        }
+    }
+    merged.into_values().collect()
 }
