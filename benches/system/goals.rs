@@ -483,8 +483,8 @@ fn handoff_goals(r: &Report, out: &mut Vec<Goal>) {
     }
 }
 
-/// kube-apiserver's own histograms of a run: `; kube-apiserver: `PATCH evictionrequests/status`
-/// 1.0 per hand-off, mean 12.3 ms; …`.
+/// kube-apiserver's own histograms of a run, as a clause of a goal row ("; kube-apiserver's own:
+/// `PATCH evictionrequests/status` 1.0 per hand-off, mean 12.3 ms, …"); empty without any.
 fn apiserver_phases(histograms: &[crate::prom::Delta], per: usize, unit: &str) -> String {
     if histograms.is_empty() {
         return String::new();
