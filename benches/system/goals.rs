@@ -649,29 +649,22 @@ fn create_goal(r: &Report, out: &mut Vec<Goal>) {
     // Where the webhook's share of a create goes: kube-apiserver's own time per create with and
     // without the webhook, its time calling it, and evictord's time answering (medians of the
     // rounds' means).
-    let mean_of = |runs: &mut dyn Iterator<Item = &Vec<crate::prom::Delta>>,
-                   pick: &dyn Fn(&str) -> bool| {
-        median(runs.filter_map(|ds| ds.iter().find(|d| pick(&d.series)).map(|d| d.mean_ms)))
+    type Side = fn(&crate::controllers::CreateRun) -> &Vec<crate::prom::Delta>;
+    let mean_of = |side: Side, pick: fn(&str) -> bool| {
+        median(
+            c.creates
+                .iter()
+                .filter_map(|r| side(r).iter().find(|d| pick(&d.series)).map(|d| d.mean_ms)),
+        )
     };
     let post = |s: &str| s == "POST evictionrequests";
-    let call = |s: &str| s.starts_with("webhook ") && s.ends_with(" CREATE");
-    let review = |s: &str| s.contains("CREATE");
-    let served_with = mean_of(
-        &mut c.creates.iter().map(|r| &r.apiserver_with_webhook),
-        &post,
-    );
-    let served_without = mean_of(
-        &mut c.creates.iter().map(|r| &r.apiserver_without_webhook),
-        &post,
-    );
+    let served_with = mean_of(|r| &r.apiserver_with_webhook, post);
+    let served_without = mean_of(|r| &r.apiserver_without_webhook, post);
     let calling = mean_of(
-        &mut c.creates.iter().map(|r| &r.apiserver_with_webhook),
-        &call,
+        |r| &r.apiserver_with_webhook,
+        |s| s.starts_with("webhook ") && s.ends_with(" CREATE"),
     );
-    let answering = mean_of(
-        &mut c.creates.iter().map(|r| &r.evictord_with_webhook),
-        &review,
-    );
+    let answering = mean_of(|r| &r.evictord_with_webhook, |s| s.contains("CREATE"));
     if served_with.is_finite() || calling.is_finite() {
         out.push(row(
             "6",

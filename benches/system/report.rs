@@ -432,13 +432,7 @@ impl Report {
         }
         if !c.handoffs.is_empty() {
             let n = c.handoffs[0].in_flight;
-            let runs = |f: fn(&crate::controllers::HandoffRun) -> f64| {
-                c.handoffs
-                    .iter()
-                    .map(|r| format!("{:.0}", f(r)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let runs = |f| handoff_runs(&c.handoffs, f);
             o += &format!(
                 "| interceptor hand-off p50, {n} requests in flight (completionTime written → next interceptor active) | **{:.0} ms** | {} ms |\n",
                 median(c.handoffs.iter().map(|r| r.latency.p50_ms)),
@@ -449,15 +443,7 @@ impl Report {
                 median(c.handoffs.iter().map(|r| r.latency.p99_ms)),
                 runs(|r| r.latency.p99_ms)
             );
-            o += &format!(
-                "| — write returned → the benchmark's watch sees the completion (watch delivery), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — the benchmark's watch sees the completion → sees the next interceptor active (evictord: its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
-                median(c.handoffs.iter().map(|r| r.watch_delivery.p50_ms)),
-                median(c.handoffs.iter().map(|r| r.watch_delivery.p99_ms)),
-                runs(|r| r.watch_delivery.p99_ms),
-                median(c.handoffs.iter().map(|r| r.controller.p50_ms)),
-                median(c.handoffs.iter().map(|r| r.controller.p99_ms)),
-                runs(|r| r.controller.p99_ms),
-            );
+            o += &handoff_phase_rows(&c.handoffs);
             if let Some(last) = c.handoffs.last() {
                 let when = "last run";
                 o += &histogram_rows(&last.evictord_histograms, n, "hand-off", "evictord", when);
@@ -484,25 +470,13 @@ impl Report {
         }
         if let Some(rate) = c.paced_handoffs.first().and_then(|r| r.completion_rate) {
             let n = c.paced_handoffs[0].in_flight;
-            let runs = |f: fn(&crate::controllers::HandoffRun) -> f64| {
-                c.paced_handoffs
-                    .iter()
-                    .map(|r| format!("{:.0}", f(r)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             o += &format!(
-                "| interceptor hand-off p50 / p99, {n} requests in flight, completions paced at {rate:.0}/s (open loop) | **{:.0} / {:.0} ms** | {} ms (p99) |\n| — watch delivery, p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — then evictord (its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
+                "| interceptor hand-off p50 / p99, {n} requests in flight, completions paced at {rate:.0}/s (open loop) | **{:.0} / {:.0} ms** | {} ms (p99) |\n",
                 median(c.paced_handoffs.iter().map(|r| r.latency.p50_ms)),
                 median(c.paced_handoffs.iter().map(|r| r.latency.p99_ms)),
-                runs(|r| r.latency.p99_ms),
-                median(c.paced_handoffs.iter().map(|r| r.watch_delivery.p50_ms)),
-                median(c.paced_handoffs.iter().map(|r| r.watch_delivery.p99_ms)),
-                runs(|r| r.watch_delivery.p99_ms),
-                median(c.paced_handoffs.iter().map(|r| r.controller.p50_ms)),
-                median(c.paced_handoffs.iter().map(|r| r.controller.p99_ms)),
-                runs(|r| r.controller.p99_ms),
+                handoff_runs(&c.paced_handoffs, |r| r.latency.p99_ms),
             );
+            o += &handoff_phase_rows(&c.paced_handoffs);
             if let Some(last) = c.paced_handoffs.last() {
                 o += &histogram_rows(
                     &last.apiserver_histograms,
@@ -663,6 +637,30 @@ impl Report {
         }
         o
     }
+}
+
+/// Each hand-off run's figure `f`, in milliseconds, comma-separated.
+fn handoff_runs(
+    runs: &[crate::controllers::HandoffRun],
+    f: fn(&crate::controllers::HandoffRun) -> f64,
+) -> String {
+    runs.iter()
+        .map(|r| format!("{:.0}", f(r)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The two phases of a hand-off, over `runs`: watch delivery, then evictord's share.
+fn handoff_phase_rows(runs: &[crate::controllers::HandoffRun]) -> String {
+    format!(
+        "| — write returned → the benchmark's watch sees the completion (watch delivery), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n| — the benchmark's watch sees the completion → sees the next interceptor active (evictord: its watch, queue, reconcile, status write, delivery back), p50 / p99 | {:.0} / {:.0} ms | {} ms (p99) |\n",
+        median(runs.iter().map(|r| r.watch_delivery.p50_ms)),
+        median(runs.iter().map(|r| r.watch_delivery.p99_ms)),
+        handoff_runs(runs, |r| r.watch_delivery.p99_ms),
+        median(runs.iter().map(|r| r.controller.p50_ms)),
+        median(runs.iter().map(|r| r.controller.p99_ms)),
+        handoff_runs(runs, |r| r.controller.p99_ms),
+    )
 }
 
 /// A histogram bucket bound in milliseconds (`-` when unknown: series merged under one name).
