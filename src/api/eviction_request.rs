@@ -136,19 +136,39 @@ pub struct InterceptorStatus {
     #[schemars(length(max = 253))]
     pub name: String,
     /// When the controller made this interceptor active.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub activation_time: Option<Time>,
     /// When the interceptor started handling the request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub start_time: Option<Time>,
     /// The interceptor's latest proof of progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub heartbeat_time: Option<Time>,
     /// When the interceptor expects to finish.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub expected_finish_time: Option<Time>,
     /// When the interceptor finished; the next one is selected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub completion_time: Option<Time>,
     /// Human-readable progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,7 +196,11 @@ pub struct PodEvictionStatus {
     pub failed_api_eviction_counter: i32,
     /// When the last Eviction API call failed (EXTENSION: anchors the retry backoff, which is
     /// derived from the counter, so that it survives restarts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub last_failure_time: Option<Time>,
 }
 

@@ -6,6 +6,7 @@
 mod crds;
 mod eviction_request;
 mod node_maintenance;
+pub mod time;
 
 pub use crds::{all_crds, crds_yaml};
 pub use eviction_request::*;

@@ -176,7 +176,11 @@ pub struct StageStatus {
     /// The stage.
     pub name: Stage,
     /// When the controller first saw it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
     pub start_timestamp: Option<Time>,
 }
 
