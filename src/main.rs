@@ -10,7 +10,8 @@ use evictord::cli::{Cli, Command};
 /// mimalloc instead of glibc's malloc: a review allocates and frees many small blocks (the
 /// decoded request, its strings, the answer) on whichever worker thread runs it, and glibc's
 /// malloc and free were 8-10% of the webhook's CPU. The webhook is 8-16% faster with it, at the
-/// same RSS (README "Performance"; the features chosen in Cargo.toml).
+/// same RSS (`benches/HISTORY.md`, the run of 2026-11-24 13:50 UTC; the features chosen in
+/// Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

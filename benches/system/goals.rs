@@ -8,7 +8,7 @@ use crate::loadgen::median;
 use crate::report::Report;
 use crate::webhook::ServerRun;
 
-/// Figures of the build before issue 17's changes (README "Performance": that build measured on
+/// Figures of the build before issue 17's changes (`benches/HISTORY.md`: that build measured on
 /// 2026-11-23 on the two-core AMD EPYC machine, with `EVICTORD_BIN` and as the
 /// `EVICTORD_BENCH_BASELINE` of the same run), for the goals that say "unchanged" or "up" when no
 /// baseline binary is measured in the run. Another machine needs its own baseline run.
