@@ -1,9 +1,9 @@
 //! Decoding the timestamps of the custom resources. kube-apiserver writes every `metav1.Time` as
 //! `YYYY-MM-DDTHH:MM:SSZ` (seconds precision, UTC); jiff's general parser, which k8s-openapi's
 //! [`Time`] uses, spends about 40 ns on each: 8.5% of decoding an interceptor's heartbeat review
-//! (ten timestamps; perf of `benches/review.rs`). [`opt_time`] reads that form (and a fraction of up to nine digits)
-//! directly and hands every other string to jiff, so that what is accepted, the value decoded
-//! and the error of a malformed timestamp are exactly jiff's.
+//! (ten timestamps; perf of `benches/review.rs`). [`opt_time`] reads that form (and a fraction of
+//! up to nine digits) directly and hands every other string to jiff, so that what is accepted,
+//! the value decoded and the error of a malformed timestamp are exactly jiff's.
 
 use std::fmt;
 
