@@ -12,6 +12,7 @@ pub mod drain;
 pub mod interceptor;
 pub mod metrics;
 pub mod plugin;
+pub mod recorder;
 pub mod selector;
 pub mod serve;
 pub mod telemetry;

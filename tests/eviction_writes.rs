@@ -6,7 +6,8 @@
 //! kube-apiserver's own request counters and evictord's retry counter; this binary has its own
 //! control plane and a single evictord, so nothing else writes the requests. The selection of the
 //! imperative interceptor is told in the event of the eviction it made in the same pass, not in
-//! an `InterceptorSelected` event of its own.
+//! an `InterceptorSelected` event of its own; the pod gone is an `Evicted` event of its own, not a
+//! repeat of the first. The event recorder's repeats are checked here too.
 
 mod support;
 
@@ -14,9 +15,9 @@ use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::Evictord;
 use support::evictord::install_crds;
@@ -131,30 +132,28 @@ async fn evictions_without_interceptors_take_two_status_writes_and_none_refused(
     );
     assert_eq!(retries, 0.0, "controller retries");
 
-    // Events are written in the background: wait for one on every request.
+    // Events are written in the background: wait for both on every request, each its own event
+    // (the same reason on the same object: the Eviction API called, then the pod gone).
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let by_kind = ListParams::default().fields("involvedObject.kind=EvictionRequest");
     let stored = until(
         Duration::from_secs(60),
-        "an event on every request",
+        "both Evicted events on every request",
         || async {
             let list = events.list(&by_kind).await.ok()?.items;
-            let told = |e: &&Event| {
-                e.reason.as_deref() == Some("Evicted")
-                    && e.message.as_deref().is_some_and(|m| {
-                        m.starts_with(
-                            "Interceptor imperative-eviction.k8s.io selected (1 of 1); pod ",
-                        )
-                    })
+            // Each request is named after its pod's UID.
+            let told = |p: &Pod| {
+                let made = "Interceptor imperative-eviction.k8s.io selected (1 of 1); pod ";
+                let gone = format!("Target Pod {ns}/{} was deleted.", p.name_any());
+                let messages: Vec<&str> = list
+                    .iter()
+                    .filter(|e| e.reason.as_deref() == Some("Evicted"))
+                    .filter(|e| e.involved_object.name == p.metadata.uid)
+                    .filter_map(|e| e.message.as_deref())
+                    .collect();
+                messages.iter().any(|m| m.starts_with(made)) && messages.contains(&gone.as_str())
             };
-            let mut names: Vec<_> = list
-                .iter()
-                .filter(told)
-                .filter_map(|e| e.involved_object.name.clone())
-                .collect();
-            names.sort();
-            names.dedup();
-            (names.len() == PODS).then_some(list)
+            pods.iter().all(told).then_some(list)
         },
     )
     .await;
@@ -163,4 +162,102 @@ async fn evictions_without_interceptors_take_two_status_writes_and_none_refused(
         .filter(|e| e.reason.as_deref() == Some("InterceptorSelected"))
         .count();
     assert_eq!(selected, 0, "InterceptorSelected events of their own");
+}
+
+/// evictord's event recorder on a real kube-apiserver: an identical event is one more
+/// occurrence of the stored one (its series), one that differs only in its note is stored as
+/// its own (kube-runtime's recorder patched it into the first as a repeat, and its note was
+/// lost); a repeat of a deleted event is created anew; events of a cluster-scoped object are
+/// stored (in kube-system where kube-apiserver is older than v1.22).
+#[tokio::test]
+async fn the_recorder_repeats_only_identical_events() {
+    use evictord::recorder::{Event as Happened, EventType, Recorder, Reporter};
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+
+    let c = support::cluster().await;
+    let client = c.client().await;
+    let ns = c.namespace("recorder").await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "evictord-test".into(),
+            instance: None,
+        },
+    );
+    let happened = |note: &str| Happened {
+        type_: EventType::Normal,
+        reason: "Evicted".into(),
+        note: Some(note.into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = |namespace: Option<&str>, kind: &str, name: &str| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: namespace.map(Into::into),
+        name: Some(name.into()),
+        uid: Some(format!("uid-{name}")),
+        ..ObjectReference::default()
+    };
+    let subject = reference(Some(&ns), "ConfigMap", "subject");
+    for note in ["made", "made", "gone"] {
+        recorder.publish(&happened(note), &subject).await.unwrap();
+    }
+    let api: Api<NewEvent> = Api::namespaced(client.clone(), &ns);
+    let with_note = |all: &[NewEvent], note: &str| -> Vec<NewEvent> {
+        all.iter()
+            .filter(|e| e.note.as_deref() == Some(note))
+            .cloned()
+            .collect()
+    };
+    let stored = api.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(stored.len(), 2, "events stored: {stored:?}");
+    let made = with_note(&stored, "made");
+    assert_eq!(made.len(), 1);
+    assert_eq!(
+        made[0].series.as_ref().map(|s| s.count),
+        Some(2),
+        "the repeat"
+    );
+    let gone = with_note(&stored, "gone");
+    assert_eq!(gone.len(), 1);
+    assert!(
+        gone[0].series.is_none(),
+        "an event of its own: {:?}",
+        gone[0]
+    );
+
+    // Deleted (as kube-apiserver's event TTL would): the repeat is a new event.
+    api.delete(&gone[0].name_any(), &Default::default())
+        .await
+        .unwrap();
+    recorder.publish(&happened("gone"), &subject).await.unwrap();
+    let again = with_note(
+        &api.list(&ListParams::default()).await.unwrap().items,
+        "gone",
+    );
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0].name_any(), gone[0].name_any());
+    assert!(again[0].series.is_none());
+
+    // A cluster-scoped object: both events stored, wherever this kube-apiserver takes them.
+    let node = format!("{ns}-node");
+    let node_ref = reference(None, "Node", &node);
+    for note in [
+        format!("Node {node}-a cordoned"),
+        format!("Node {node}-b cordoned"),
+    ] {
+        recorder.publish(&happened(&note), &node_ref).await.unwrap();
+    }
+    let on_node: Vec<NewEvent> = Api::<NewEvent>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str()))
+        .collect();
+    assert_eq!(on_node.len(), 2, "events of the node: {on_node:?}");
+    assert!(on_node.iter().all(|e| e.series.is_none()));
 }

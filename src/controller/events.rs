@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
 use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::metrics::metrics;
+use crate::recorder::{Event, Recorder};
 
 /// Queues written in parallel (events of one object always go to the same queue).
 pub const SHARDS: usize = 4;

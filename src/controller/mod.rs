@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 
 use self::events::EventQueue;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +21,7 @@ use tracing::info;
 
 use crate::cli::ServeArgs;
 use crate::cluster::Caches;
+use crate::recorder::{Recorder, Reporter};
 
 /// True when a write failed because the object changed meanwhile (409 Conflict, or 422 from a
 /// failed `test` of a guarded JSON patch): reconciling again at once reads the new version.

@@ -19,7 +19,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::core::response::StatusDetails;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::{BridgeDecision, BridgeWrite, EvictionCall, PodEvent, review_pod_eviction};
@@ -28,6 +27,7 @@ use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
 use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
+use crate::recorder::{Event, EventType, Recorder, Reporter};
 use crate::telemetry::ADMISSION_SPAN;
 
 /// The `resource` label of the bridge's admission metrics.

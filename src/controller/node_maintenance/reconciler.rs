@@ -19,7 +19,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action as Requeue, Config, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +40,7 @@ use crate::api::{
 use crate::cluster::{CachedPod, Caches};
 use crate::drain::{DrainEvent, DrainOutput, plan_drain};
 use crate::metrics::{ControllerLabel, StageLabel, metrics};
+use crate::recorder::{Event, EventType, Recorder};
 
 const CONTROLLER: &str = "nodemaintenance";
 /// EvictionRequest writes in flight at once.
@@ -454,58 +454,11 @@ async fn publish(ctx: &Context, nm: &NodeMaintenance, notes: &[Note]) {
             action: "Reconcile".into(),
             secondary: None,
         };
-        let result = match ctx.recorder.publish(&event, &reference).await {
-            // kube-apiserver before v1.22 accepts new-style events of cluster-scoped objects
-            // only in kube-system (the recorder writes them to default).
-            Err(kube::Error::Api(s))
-                if s.code == 422 && s.message.contains("does not match event.namespace") =>
-            {
-                publish_in_kube_system(ctx, &event, &reference).await
-            }
-            other => other,
-        };
+        let result = ctx.recorder.publish(&event, &reference).await;
         if let Err(err) = result {
             warn!(error = %err, reason = n.reason, "could not record event");
         }
     }
-}
-
-/// Writes the event as `kube::runtime::events::Recorder` would, in namespace kube-system.
-async fn publish_in_kube_system(
-    ctx: &Context,
-    ev: &Event,
-    reference: &k8s_openapi::api::core::v1::ObjectReference,
-) -> Result<(), kube::Error> {
-    use k8s_openapi::api::events::v1::Event as K8sEvent;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-    let now = Timestamp::now();
-    let controller = "evictord".to_string();
-    let event = K8sEvent {
-        action: Some(ev.action.clone()),
-        reason: Some(ev.reason.clone()),
-        event_time: Some(MicroTime(now)),
-        regarding: Some(reference.clone()),
-        note: ev.note.clone(),
-        metadata: ObjectMeta {
-            name: Some(format!(
-                "{}.{:x}",
-                reference.name.as_deref().unwrap_or("evictord"),
-                now.as_nanosecond()
-            )),
-            ..Default::default()
-        },
-        reporting_controller: Some(controller.clone()),
-        reporting_instance: Some(std::env::var("POD_NAME").unwrap_or(controller)),
-        type_: Some(match ev.type_ {
-            EventType::Normal => "Normal".into(),
-            EventType::Warning => "Warning".into(),
-        }),
-        ..Default::default()
-    };
-    kube::Api::<K8sEvent>::namespaced(ctx.client.clone(), "kube-system")
-        .create(&kube::api::PostParams::default(), &event)
-        .await
-        .map(drop)
 }
 
 /// Maintenances per stage and pods pending / evacuating, from the cache.

@@ -8,7 +8,6 @@ use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
@@ -19,6 +18,7 @@ use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
+use crate::recorder::{Event, EventType, Recorder, Reporter};
 
 /// How often one look at a request retries after a concurrent Deployment write.
 const CONFLICT_RETRIES: usize = 5;

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use crate::recorder::Recorder;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
