@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -245,7 +245,11 @@ impl Recorder {
         let now = Timestamp::now();
         let key = event_key(event, regarding);
         let write = {
-            let mut remembered = self.shared.remembered.lock().expect("event memory");
+            let mut remembered = self
+                .shared
+                .remembered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             remembered.forget_old(now);
             next_write(remembered.events.get(&key), now)
         };
@@ -272,7 +276,7 @@ impl Recorder {
         self.shared
             .remembered
             .lock()
-            .expect("event memory")
+            .unwrap_or_else(PoisonError::into_inner)
             .events
             .insert(key, written);
         Ok(())
@@ -307,7 +311,11 @@ impl Recorder {
         };
         let namespace = event_namespace(regarding, cluster_scoped);
         match self.create_in(event, regarding, &namespace, now).await {
-            Err(e) if refuses_namespace(&e) && namespace == CLUSTER_SCOPED_NAMESPACE => {
+            Err(e)
+                if refuses_namespace(&e)
+                    && cluster_scoped == CLUSTER_SCOPED_NAMESPACE
+                    && regarding.namespace.as_deref().unwrap_or("").is_empty() =>
+            {
                 self.shared
                     .old_cluster_scoped
                     .store(true, Ordering::Relaxed);
