@@ -179,6 +179,15 @@ fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
 }
 
+/// The reporter `controller` of this replica: the instance is the pod's name (`POD_NAME`, set
+/// by the chart), else the controller's.
+pub fn reporter(controller: &str) -> Reporter {
+    Reporter {
+        controller: controller.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
+}
+
 /// Writes events; cheap to clone (clones share what they remember).
 #[derive(Clone)]
 pub struct Recorder {

@@ -21,7 +21,7 @@ use tracing::info;
 
 use crate::cli::ServeArgs;
 use crate::cluster::Caches;
-use crate::recorder::{Recorder, Reporter};
+use crate::recorder::{Recorder, reporter};
 
 /// True when a write failed because the object changed meanwhile (409 Conflict, or 422 from a
 /// failed `test` of a guarded JSON patch): reconciling again at once reads the new version.
@@ -60,13 +60,6 @@ pub(crate) fn resync_ticks() -> impl futures::Stream<Item = ()> + Send + 'static
     }))
 }
 
-fn reporter() -> Reporter {
-    Reporter {
-        controller: "evictord".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    }
-}
-
 /// Runs the enabled controllers until `shutdown` (on the leader only, with leader election).
 pub async fn run(
     client: Client,
@@ -92,7 +85,7 @@ pub async fn run(
 /// Starts the enabled controllers and waits for them to stop (on `term`).
 async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: CancellationToken) {
     let mut tasks = Vec::new();
-    let events = EventQueue::start(Recorder::new(client.clone(), reporter()));
+    let events = EventQueue::start(Recorder::new(client.clone(), reporter("evictord")));
     if args.controller_enabled("evictionrequest") {
         let ctx = Arc::new(eviction_request::reconciler::Context {
             client: client.clone(),
@@ -123,7 +116,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         let ctx = Arc::new(node_maintenance::reconciler::Context {
             client: client.clone(),
             caches: caches.clone(),
-            recorder: Recorder::new(client.clone(), reporter()),
+            recorder: Recorder::new(client.clone(), reporter("evictord")),
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

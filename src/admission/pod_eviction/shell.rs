@@ -27,7 +27,7 @@ use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
 use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
-use crate::recorder::{Event, EventType, Recorder, Reporter};
+use crate::recorder::{Event, EventType, Recorder, reporter};
 use crate::telemetry::ADMISSION_SPAN;
 
 /// The `resource` label of the bridge's admission metrics.
@@ -196,13 +196,7 @@ pub async fn apply_write(live: &LiveContext, write: &BridgeWrite) -> Result<(), 
 }
 
 async fn record(live: &LiveContext, pod: &CachedPod, event: &PodEvent) {
-    let recorder = Recorder::new(
-        live.client.clone(),
-        Reporter {
-            controller: "evictord-eviction-api".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let recorder = Recorder::new(live.client.clone(), reporter("evictord-eviction-api"));
     let reference = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),

@@ -18,7 +18,7 @@ use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
-use crate::recorder::{Event, EventType, Recorder, Reporter};
+use crate::recorder::{Event, EventType, Recorder, reporter};
 
 /// How often one look at a request retries after a concurrent Deployment write.
 const CONFLICT_RETRIES: usize = 5;
@@ -30,13 +30,7 @@ pub struct DeploymentInterceptor {
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
-    Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "evictord".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    )
+    Recorder::new(client.clone(), reporter("evictord"))
 }
 
 pub(super) fn count(result: &'static str) {
