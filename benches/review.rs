@@ -11,12 +11,18 @@
 //! - `review_eviction_request/status_heartbeat_decode_only`: its decoding alone;
 //! - `review_eviction_request/status_heartbeat_uid_only`: the least a webhook decodes of it, the
 //!   `request.uid` with the rest skipped (what `make bench`'s limit server does), so that the
-//!   three say where the time goes: skipping the JSON, building the objects, the rules.
+//!   three say where the time goes: skipping the JSON, building the objects, the rules;
+//! - `review_eviction_request/status_heartbeat_floor_{envelope,statuses,everything}`: the floor
+//!   of any serde_json decoding of it that builds what the status rules read, with every string
+//!   borrowed from the body and every other field skipped ([`floor`]): the envelope alone, the
+//!   two statuses alone, and all that rules S1–S6 read.
 //!
 //! Run: `cargo bench --bench review -- --quick` (or `--warm-up-time 1 --measurement-time 2`).
 
 #[path = "../tests/data/fixture.rs"]
 mod fixture;
+#[path = "review/floor.rs"]
+mod floor;
 
 use std::hint::black_box;
 
@@ -132,6 +138,18 @@ fn benches(c: &mut Criterion) {
     requests.bench_function("status_heartbeat_uid_only", |b| {
         b.iter(|| uid_only(black_box(&heartbeat)))
     });
+    // Both statuses built, two interceptor entries each.
+    assert_eq!(floor::statuses(&heartbeat), 4);
+    for (name, decode) in [
+        (
+            "status_heartbeat_floor_envelope",
+            floor::envelope as fn(&[u8]) -> usize,
+        ),
+        ("status_heartbeat_floor_statuses", floor::statuses),
+        ("status_heartbeat_floor_everything", floor::everything),
+    ] {
+        requests.bench_function(name, |b| b.iter(|| decode(black_box(&heartbeat))));
+    }
     requests.finish();
 }
 
