@@ -101,6 +101,9 @@ fn micro() -> Vec<Micro> {
         "review_eviction_request/status_heartbeat",
         "review_eviction_request/status_heartbeat_decode_only",
         "review_eviction_request/status_heartbeat_uid_only",
+        "review_eviction_request/status_heartbeat_floor_envelope",
+        "review_eviction_request/status_heartbeat_floor_statuses",
+        "review_eviction_request/status_heartbeat_floor_everything",
     ] {
         let path = root.join(name).join("new/estimates.json");
         let Ok(text) = std::fs::read_to_string(&path) else {
