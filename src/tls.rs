@@ -310,6 +310,13 @@ pub fn write_dir(dir: &Path, bundle: &CertBundle) -> Result<()> {
 
 /// The rustls server configuration for a bundle (ring provider, HTTP/2 and HTTP/1.1 by ALPN).
 ///
+/// No session resumption: no TLS 1.3 tickets are sent and no TLS 1.2 sessions are kept.
+/// kube-apiserver, the only client of the webhook port, keeps no TLS session cache in its webhook
+/// client, and it opens a new connection for every call beyond the 25 idle ones it keeps per
+/// host, so the two tickets rustls sends by default were derived, stored and written on every
+/// such handshake and never redeemed: about 12 µs, 5% of the server's CPU for a request on a new
+/// connection (`benches/HISTORY.md`, 2026-11-25).
+///
 /// # Errors
 /// When the certificate chain or key is malformed or they do not match.
 pub fn server_config(bundle: &CertBundle) -> Result<Arc<ServerConfig>> {
@@ -335,6 +342,8 @@ pub fn server_config(bundle: &CertBundle) -> Result<Arc<ServerConfig>> {
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.send_tls13_tickets = 0;
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     Ok(Arc::new(config))
 }
 
@@ -358,6 +367,101 @@ mod tests {
         assert_ne!(r.cert_pem, b.cert_pem);
         assert!(renewal_time(&b).unwrap() < end);
         assert_eq!(load_dir(&dir.path().join("missing")).unwrap(), None);
+    }
+
+    /// A client that keeps sessions (unlike kube-apiserver's) is offered none: the handshake
+    /// sends no TLS 1.3 ticket. The default configuration, checked the same way, sends two.
+    #[test]
+    fn the_server_sends_no_session_tickets() {
+        let b = generate(
+            &serving_names(None, None),
+            Duration::from_secs(3600),
+            Timestamp::now(),
+        )
+        .unwrap();
+        let ours = server_config(&b).unwrap();
+        assert_eq!(tickets_received(&b, ours.clone()), 0);
+        let mut default = (*ours).clone();
+        default.send_tls13_tickets = 2;
+        default.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
+        assert_eq!(tickets_received(&b, Arc::new(default)), 2);
+    }
+
+    /// Tickets a session-keeping client receives in one full handshake with `server`.
+    fn tickets_received(bundle: &CertBundle, server: Arc<ServerConfig>) -> usize {
+        use rustls::{ClientConfig, ClientConnection, ServerConnection};
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(bundle.ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let store = Arc::new(TicketCounter::default());
+        client.resumption = rustls::client::Resumption::store(store.clone());
+        let name = "localhost".try_into().unwrap();
+        let mut client = ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut server = ServerConnection::new(server).unwrap();
+        // A handshake and the records after it, in at most a few flights each way.
+        for _ in 0..5 {
+            let mut flight = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut flight).unwrap();
+            }
+            server.read_tls(&mut flight.as_slice()).unwrap();
+            server.process_new_packets().unwrap();
+            let mut flight = Vec::new();
+            while server.wants_write() {
+                server.write_tls(&mut flight).unwrap();
+            }
+            client.read_tls(&mut flight.as_slice()).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        assert!(!client.is_handshaking() && !server.is_handshaking());
+        store.tls13.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A client session store that only counts the TLS 1.3 tickets it is given.
+    #[derive(Debug, Default)]
+    struct TicketCounter {
+        tls13: std::sync::atomic::AtomicUsize,
+    }
+
+    impl rustls::client::ClientSessionStore for TicketCounter {
+        fn set_kx_hint(&self, _: rustls_pki_types::ServerName<'static>, _: rustls::NamedGroup) {}
+        fn kx_hint(&self, _: &rustls_pki_types::ServerName<'_>) -> Option<rustls::NamedGroup> {
+            None
+        }
+        fn set_tls12_session(
+            &self,
+            _: rustls_pki_types::ServerName<'static>,
+            _: rustls::client::Tls12ClientSessionValue,
+        ) {
+        }
+        fn tls12_session(
+            &self,
+            _: &rustls_pki_types::ServerName<'_>,
+        ) -> Option<rustls::client::Tls12ClientSessionValue> {
+            None
+        }
+        fn remove_tls12_session(&self, _: &rustls_pki_types::ServerName<'static>) {}
+        fn insert_tls13_ticket(
+            &self,
+            _: rustls_pki_types::ServerName<'static>,
+            _: rustls::client::Tls13ClientSessionValue,
+        ) {
+            self.tls13
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn take_tls13_ticket(
+            &self,
+            _: &rustls_pki_types::ServerName<'static>,
+        ) -> Option<rustls::client::Tls13ClientSessionValue> {
+            None
+        }
     }
 
     #[test]
