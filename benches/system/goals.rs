@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::loadgen::median;
 use crate::report::Report;
-use crate::webhook::ServerRun;
+use crate::webhook::{BodyResult, ServerRun};
 
 /// Figures of the build before issue 17's changes (`benches/HISTORY.md`: that build measured on
 /// 2026-11-23 on the two-core AMD EPYC machine, with `EVICTORD_BIN` and as the
@@ -113,6 +113,41 @@ pub fn evaluate(r: &Report) -> Vec<Goal> {
     out
 }
 
+/// A body over HTTP/1.1 with a new connection per request: what a call costs when kube-apiserver
+/// opens a connection for it (beyond its 25 idle ones). Reported beside goal 1, not judged: the
+/// TLS handshake is the same configuration in both servers.
+fn new_connection_row(b: &BodyResult) -> Goal {
+    let cpu = |runs: &[ServerRun]| {
+        median(
+            runs.iter()
+                .filter_map(|r| r.saturation.server_cpu_us_per_request),
+        )
+    };
+    let sat = |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
+    let errors: u64 = b.evictord.iter().map(|r| r.saturation.errors).sum();
+    let mut measured = format!(
+        "evictord ÷ limit **{:.3}** ({:.0} vs {:.0} req/s); server CPU per request: evictord {:.0} µs, limit {:.0} µs",
+        median(b.throughput_ratio.iter().copied()),
+        sat(&b.evictord),
+        sat(&b.limit),
+        cpu(&b.evictord),
+        cpu(&b.limit)
+    );
+    if !b.baseline.is_empty() {
+        measured += &format!(", baseline {:.0} µs", cpu(&b.baseline));
+    }
+    if errors > 0 {
+        measured += &format!("; {errors} errors");
+    }
+    row(
+        "1",
+        format!("{} over {}", b.body, b.protocol.label()),
+        measured,
+        "reported",
+        Verdict::Reported,
+    )
+}
+
 fn webhook_goals(r: &Report, out: &mut Vec<Goal>) {
     let w = match part_state(&r.webhook) {
         Ok(w) => w,
@@ -134,6 +169,10 @@ fn webhook_goals(r: &Report, out: &mut Vec<Goal>) {
     };
     let rate = w.rates.iter().position(|&r| r == GOAL_RATE);
     for b in &w.bodies {
+        if !b.protocol.keeps_connections() {
+            out.push(new_connection_row(b));
+            continue;
+        }
         let what = format!("{} over {}", b.body, b.protocol.label());
         let sat =
             |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));

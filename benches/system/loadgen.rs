@@ -6,6 +6,11 @@
 //!   offers only `http/1.1` (`NextProtos` in k8s.io/apiserver's `util/webhook/client.go`, so
 //!   that concurrent calls spread over a Service's endpoints, kubernetes issue 75791), and
 //!   keeps at most 25 idle connections a host, opening more under more concurrency.
+//! - HTTP/1.1 with a new connection per request ([`Protocol::Http1NewConnection`], saturation
+//!   only): each worker closes its connection after one answer and opens the next one, a full
+//!   TCP and TLS 1.3 handshake per request. This is what kube-apiserver does for every call
+//!   beyond the 25 idle connections it keeps (its webhook client keeps no TLS session cache, so
+//!   nothing is resumed either).
 //! - HTTP/2: ALPN `h2`, checked after every handshake (a server that does not select `h2` fails
 //!   the run); several concurrent streams per connection, each stream a worker of its own. What
 //!   other HTTP/2 clients of a webhook do (kube-apiserver's other webhook clients, proxies).
@@ -55,6 +60,9 @@ pub enum Protocol {
     Http1,
     /// HTTP/2 (ALPN `h2`), several streams in flight per connection.
     H2,
+    /// HTTP/1.1, one request per connection: a new TCP connection and TLS handshake each.
+    #[serde(rename = "http1-new")]
+    Http1NewConnection,
 }
 
 impl Protocol {
@@ -63,7 +71,13 @@ impl Protocol {
         match self {
             Protocol::Http1 => "HTTP/1.1",
             Protocol::H2 => "HTTP/2",
+            Protocol::Http1NewConnection => "HTTP/1.1, a new connection per request",
         }
+    }
+
+    /// Whether a connection carries more than one request (and fixed-rate runs make sense).
+    pub fn keeps_connections(self) -> bool {
+        self != Protocol::Http1NewConnection
     }
 }
 
@@ -73,7 +87,8 @@ impl std::str::FromStr for Protocol {
         match s {
             "http1" | "h1" | "http/1.1" => Ok(Protocol::Http1),
             "h2" | "http2" => Ok(Protocol::H2),
-            _ => Err(format!("unknown protocol {s:?} (http1 or h2)")),
+            "http1-new" | "h1-new" => Ok(Protocol::Http1NewConnection),
+            _ => Err(format!("unknown protocol {s:?} (http1, h2 or http1-new)")),
         }
     }
 }
@@ -89,7 +104,8 @@ pub struct Target {
 }
 
 /// A client configuration trusting only `ca_pem`. HTTP/1.1: no ALPN (the server falls back to
-/// HTTP/1.1). HTTP/2: ALPN `h2` only.
+/// HTTP/1.1). HTTP/2: ALPN `h2` only. No session resumption in any mode (rustls' client would
+/// resume; kube-apiserver's does not): every connection is a full handshake.
 pub fn client_config(ca_pem: &str, protocol: Protocol) -> anyhow::Result<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -103,6 +119,7 @@ pub fn client_config(ca_pem: &str, protocol: Protocol) -> anyhow::Result<Arc<Cli
     if protocol == Protocol::H2 {
         config.alpn_protocols = vec![b"h2".to_vec()];
     }
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(Arc::new(config))
 }
 
@@ -202,7 +219,7 @@ impl Connection {
             .connect(name, tcp)
             .await?;
         match target.protocol {
-            Protocol::Http1 => {
+            Protocol::Http1 | Protocol::Http1NewConnection => {
                 let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
                 tokio::spawn(async move {
                     let _ = conn.await;
@@ -395,7 +412,7 @@ pub async fn saturate(
     let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
     for mut conn in workers {
-        let (bodies, tally) = (bodies.clone(), tally.clone());
+        let (bodies, tally, target) = (bodies.clone(), tally.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < end {
                 let answer = conn.review(bodies.next()).await;
@@ -406,6 +423,16 @@ pub async fn saturate(
                 if answer.is_err() {
                     // A broken connection: reconnecting would measure handshakes; stop this one.
                     break;
+                }
+                if !target.protocol.keeps_connections() {
+                    // The next request on a new connection; the old one is closed as it drops.
+                    match Connection::open(&target).await {
+                        Ok(next) => conn = next,
+                        Err(e) => {
+                            tally.count(&Err(e));
+                            break;
+                        }
+                    }
                 }
             }
         }));

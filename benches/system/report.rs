@@ -756,6 +756,10 @@ fn body_table(w: &WebhookResults, b: &BodyResult) -> String {
             "{} connections × {} streams",
             w.h2_connections, w.h2_streams
         ),
+        Protocol::Http1NewConnection => format!(
+            "{} workers at saturation, each request on a new connection: TCP and a full TLS 1.3 handshake, no resumption; no fixed rates",
+            w.connections_saturation
+        ),
     };
     let mut o = format!("#### {} ({workers})\n\n", b.protocol.label());
     o += "| | limit server | evictord | evictord / limit |";

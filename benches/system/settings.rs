@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers,drain` | which parts run |
 //! | `EVICTORD_BENCH_RUNS` | `3` | runs per figure (the report quotes medians) |
-//! | `EVICTORD_BENCH_PROTOCOLS` | `http1,h2` | protocols of the webhook part (`http1`, `h2`) |
+//! | `EVICTORD_BENCH_PROTOCOLS` | `http1,h2,http1-new` | protocols of the webhook part (`http1`, `h2`; `http1-new`: HTTP/1.1 with a new connection per request, as kube-apiserver calls beyond its 25 idle connections, saturation only) |
 //! | `EVICTORD_BENCH_CONNECTIONS` | `16` | HTTP/1.1 keep-alive connections at saturation |
 //! | `EVICTORD_BENCH_RATE_CONNECTIONS` | `32` | HTTP/1.1 connection pool of the fixed-rate runs |
 //! | `EVICTORD_BENCH_H2_CONNECTIONS` | `4` | HTTP/2 connections, at saturation and in the fixed-rate pool |
@@ -99,7 +99,8 @@ impl Settings {
             .map(|s| s.trim().to_string())
             .collect();
         let runs = var("EVICTORD_BENCH_RUNS", "3").parse()?;
-        let protocols: Vec<Protocol> = list(&var("EVICTORD_BENCH_PROTOCOLS", "http1,h2"))?;
+        let protocols: Vec<Protocol> =
+            list(&var("EVICTORD_BENCH_PROTOCOLS", "http1,h2,http1-new"))?;
         let connections = var("EVICTORD_BENCH_CONNECTIONS", "16").parse()?;
         let rate_connections = var("EVICTORD_BENCH_RATE_CONNECTIONS", "32").parse()?;
         let h2_connections = var("EVICTORD_BENCH_H2_CONNECTIONS", "4").parse()?;

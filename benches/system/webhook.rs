@@ -513,7 +513,7 @@ pub struct WebhookResults {
 /// The connections (and HTTP/2 streams per connection) of a saturation run.
 fn saturation_workers(s: &Settings, protocol: Protocol) -> (usize, usize) {
     match protocol {
-        Protocol::Http1 => (s.connections, 1),
+        Protocol::Http1 | Protocol::Http1NewConnection => (s.connections, 1),
         Protocol::H2 => (s.h2_connections, s.h2_streams),
     }
 }
@@ -521,7 +521,7 @@ fn saturation_workers(s: &Settings, protocol: Protocol) -> (usize, usize) {
 /// The connection pool (and HTTP/2 streams per connection) of the fixed-rate runs.
 fn rate_workers(s: &Settings, protocol: Protocol) -> (usize, usize) {
     match protocol {
-        Protocol::Http1 => (s.rate_connections, 1),
+        Protocol::Http1 | Protocol::Http1NewConnection => (s.rate_connections, 1),
         Protocol::H2 => (s.h2_connections, s.h2_streams),
     }
 }
@@ -560,7 +560,14 @@ async fn measure(
     )
     .await?;
     let mut fixed = Vec::new();
-    for &rate in &s.rates {
+    // Fixed rates only on kept connections: with a handshake per request they would measure the
+    // load generator's handshakes as much as the server.
+    let rates = if target.protocol.keeps_connections() {
+        s.rates.as_slice()
+    } else {
+        &[]
+    };
+    for &rate in rates {
         fixed.push(
             loadgen::fixed_rate(
                 target,
