@@ -17,25 +17,28 @@ use std::borrow::Cow;
 
 use jiff::Timestamp;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 /// A string borrowed from the body where the JSON does not escape it.
 #[derive(Deserialize)]
 pub struct Str<'a>(#[serde(borrow)] pub Cow<'a, str>);
 
-/// An AdmissionReview with only the envelope fields a status review reads.
+/// An AdmissionReview with only the envelope fields a status review reads, and its objects as
+/// `O`: [`Object`] for everything S1–S6 read, [`IgnoredAny`] for the envelope alone.
 #[derive(Deserialize)]
-pub struct Envelope<'a> {
+#[serde(bound(deserialize = "O: Deserialize<'de>"))]
+pub struct Review<'a, O> {
     #[serde(borrow, rename = "apiVersion")]
     pub api_version: Cow<'a, str>,
     #[serde(borrow)]
     pub kind: Cow<'a, str>,
     #[serde(borrow)]
-    pub request: EnvelopeRequest<'a>,
+    pub request: Request<'a, O>,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvelopeRequest<'a> {
+#[serde(rename_all = "camelCase", bound(deserialize = "O: Deserialize<'de>"))]
+pub struct Request<'a, O> {
     #[serde(borrow)]
     pub uid: Cow<'a, str>,
     #[serde(borrow)]
@@ -48,8 +51,16 @@ pub struct EnvelopeRequest<'a> {
     pub namespace: Option<Cow<'a, str>>,
     #[serde(borrow)]
     pub operation: Cow<'a, str>,
+    #[serde(default = "none")]
+    pub object: Option<O>,
+    #[serde(default = "none")]
+    pub old_object: Option<O>,
     #[serde(default)]
     pub dry_run: bool,
+}
+
+fn none<O>() -> Option<O> {
+    None
 }
 
 #[derive(Deserialize)]
@@ -60,40 +71,6 @@ pub struct Resource<'a> {
     pub version: Cow<'a, str>,
     #[serde(borrow)]
     pub resource: Cow<'a, str>,
-}
-
-/// The envelope and both objects: everything S1–S6 read.
-#[derive(Deserialize)]
-pub struct Review<'a> {
-    #[serde(borrow, rename = "apiVersion")]
-    pub api_version: Cow<'a, str>,
-    #[serde(borrow)]
-    pub kind: Cow<'a, str>,
-    #[serde(borrow)]
-    pub request: Request<'a>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Request<'a> {
-    #[serde(borrow)]
-    pub uid: Cow<'a, str>,
-    #[serde(borrow)]
-    pub resource: Resource<'a>,
-    #[serde(borrow, default)]
-    pub sub_resource: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub name: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub namespace: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    pub operation: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub object: Option<Object<'a>>,
-    #[serde(borrow, default)]
-    pub old_object: Option<Object<'a>>,
-    #[serde(default)]
-    pub dry_run: bool,
 }
 
 #[derive(Deserialize)]
@@ -231,7 +208,7 @@ pub struct StatusOnly<'a> {
 /// what it built, so that nothing is optimised away.
 pub fn envelope(body: &[u8]) -> usize {
     let text = std::str::from_utf8(body).expect("UTF-8");
-    let review: Envelope<'_> = serde_json::from_str(text).expect("envelope");
+    let review: Review<'_, IgnoredAny> = serde_json::from_str(text).expect("envelope");
     review.request.uid.len() + review.request.resource.resource.len()
 }
 
@@ -248,7 +225,7 @@ pub fn statuses(body: &[u8]) -> usize {
 
 pub fn everything(body: &[u8]) -> usize {
     let text = std::str::from_utf8(body).expect("UTF-8");
-    let review: Review<'_> = serde_json::from_str(text).expect("review");
+    let review: Review<'_, Object<'_>> = serde_json::from_str(text).expect("review");
     let request = review.request;
     [request.object, request.old_object]
         .iter()
