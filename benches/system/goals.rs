@@ -113,6 +113,11 @@ pub fn evaluate(r: &Report) -> Vec<Goal> {
     out
 }
 
+/// The median requests/s at saturation of a server's runs.
+fn sat(runs: &[ServerRun]) -> f64 {
+    median(runs.iter().map(|r| r.saturation.requests_per_second))
+}
+
 /// A body over HTTP/1.1 with a new connection per request: what a call costs when kube-apiserver
 /// opens a connection for it (beyond its 25 idle ones). Reported beside goal 1, not judged: the
 /// TLS handshake is the same configuration in both servers.
@@ -123,7 +128,6 @@ fn new_connection_row(b: &BodyResult) -> Goal {
                 .filter_map(|r| r.saturation.server_cpu_us_per_request),
         )
     };
-    let sat = |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
     let errors: u64 = b.evictord.iter().map(|r| r.saturation.errors).sum();
     let mut measured = format!(
         "evictord ÷ limit **{:.3}** ({:.0} vs {:.0} req/s); server CPU per request: evictord {:.0} µs, limit {:.0} µs",
@@ -174,8 +178,6 @@ fn webhook_goals(r: &Report, out: &mut Vec<Goal>) {
             continue;
         }
         let what = format!("{} over {}", b.body, b.protocol.label());
-        let sat =
-            |runs: &[ServerRun]| median(runs.iter().map(|r| r.saturation.requests_per_second));
         let ratio = median(b.throughput_ratio.iter().copied());
         let errors: u64 = b.evictord.iter().map(|r| r.saturation.errors).sum();
         // The CPU-per-request ratio stays meaningful when the one-core load generator, not
