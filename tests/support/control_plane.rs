@@ -89,8 +89,9 @@ rules:
 - level: None
 ";
 
-/// The control plane of this test binary with a kube-controller-manager running the deployment,
-/// replicaset and disruption controllers (opt-in: other test binaries run without it).
+/// The control plane of this test binary with a kube-controller-manager running the workload
+/// controllers evictord's interceptors work with ([`WORKLOAD_CONTROLLERS`]; opt-in: other test
+/// binaries run without it).
 pub async fn cluster_with_controller_manager() -> &'static TestCluster {
     let c = cluster().await;
     CONTROLLER_MANAGER
@@ -98,6 +99,13 @@ pub async fn cluster_with_controller_manager() -> &'static TestCluster {
         .await;
     c
 }
+
+/// The kube-controller-manager controllers of [`cluster_with_controller_manager`]: the workloads
+/// (Deployments and their ReplicaSets, StatefulSets, DaemonSets), PodDisruptionBudgets, and the
+/// HorizontalPodAutoscaler, which enforces `minReplicas`/`maxReplicas` without a metrics server
+/// (it cannot compute metric-based replicas then, and logs why).
+pub const WORKLOAD_CONTROLLERS: &str =
+    "deployment,replicaset,statefulset,daemonset,disruption,horizontalpodautoscaling";
 
 fn start_controller_manager(c: &TestCluster) {
     let bin = c.assets.join("kube-controller-manager");
@@ -109,7 +117,9 @@ fn start_controller_manager(c: &TestCluster) {
     let kcm = Command::new(bin)
         .args([
             format!("--kubeconfig={}", c.kubeconfig.display()),
-            "--controllers=deployment,replicaset,disruption".into(),
+            format!("--controllers={WORKLOAD_CONTROLLERS}"),
+            // The HPA controller's default period is 15 s; tests wait on its floor.
+            "--horizontal-pod-autoscaler-sync-period=2s".into(),
             "--leader-elect=false".into(),
             // No serving: nothing scrapes it, and it needs no authentication delegation then.
             "--port=0".into(),
