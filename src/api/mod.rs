@@ -44,6 +44,18 @@ pub const MAINTENANCE_FINALIZER: &str = "evictord.dev/maintenance-completion";
 pub const UNSCHEDULABLE_BEFORE_ANNOTATION: &str = "evictord.dev/unschedulable-before";
 /// Annotation on the EvictionRequests the controller creates: the node the pod was on.
 pub const REQUESTED_FOR_NODE_ANNOTATION: &str = "evictord.dev/requested-for-node";
+/// The implicit interceptor of DaemonSet pods (SPEC 5.3): evictord's DaemonSet interceptor, which
+/// keeps the DaemonSet controller off the node and deletes the pod while a maintenance drains it.
+pub const DAEMONSET_INTERCEPTOR: &str = "daemonset.apps.k8s.io";
+/// The implicit interceptor of mirror (static) pods on a node whose `evictord node-agent` runs
+/// (SPEC 5.3): the agent moves the pod's manifest out of the kubelet's directory.
+pub const KUBELET_INTERCEPTOR: &str = "kubelet.k8s.io";
+/// Node annotation by which an `evictord node-agent` announces that it serves
+/// [`KUBELET_INTERCEPTOR`] on that node (value: the agent's pod name).
+pub const NODE_AGENT_ANNOTATION: &str = "evictord.dev/node-agent";
+/// Key of the `NoSchedule` taint that keeps the DaemonSet controller from recreating drained
+/// DaemonSet pods on a node under maintenance (SPEC 5.3).
+pub const MAINTENANCE_TAINT: &str = "evictord.dev/maintenance";
 /// Node label marking control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 

@@ -5,8 +5,10 @@
 //! events to emit. The controller's shell gathers the input from its caches and applies the output
 //! (status patches, EvictionRequests, events); nothing here does I/O.
 //!
-//! [`targets`] holds the target lists and their order; [`plan`] resolves intersecting maintenances.
+//! [`targets`] holds the target lists and their order; [`plan`] resolves intersecting maintenances;
+//! [`holds`] says which maintenances hold a node and which one targets a pod.
 
+pub mod holds;
 pub mod plan;
 pub mod targets;
 

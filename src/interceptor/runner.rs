@@ -41,6 +41,15 @@ pub trait Interceptor: Send + Sync + 'static {
         request: &EvictionRequest,
         pod: Option<&Pod>,
     ) -> impl Future<Output = Result<Progress, BoxError>> + Send;
+
+    /// Whether this runner serves `request` at all; the runner neither asks for progress nor
+    /// writes anything for a request it does not accept, and leaves it to another runner of the
+    /// same interceptor. The default accepts every request; an interceptor run once per node
+    /// (such as the node agent's `kubelet.k8s.io`) accepts only the pods of its node.
+    fn accepts(&self, request: &EvictionRequest, pod: Option<&Pod>) -> bool {
+        let _ = (request, pod);
+        true
+    }
 }
 
 /// Errors of one look at a request (retried).
@@ -163,6 +172,9 @@ async fn reconcile_inner<I: Interceptor>(
         .await
         .map_err(|e| Error::Pod(target.name.clone(), e))?
         .filter(|p| p.metadata.uid.as_deref() == Some(target.uid.as_str()));
+    if !ctx.interceptor.accepts(&req, pod.as_ref()) {
+        return Ok(Action::await_change());
+    }
     let progress = ctx
         .interceptor
         .progress(&req, pod.as_ref())

@@ -8,18 +8,19 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::{NodeMaintenance, Stage};
+use crate::api::NodeMaintenance;
 use crate::cluster::CachedPod;
+use crate::drain::holds::selects_node;
+pub use crate::drain::holds::{holds_nodes, is_draining};
 use crate::drain::{DrainInput, DrainPod, MaintenanceInput};
-use crate::selector::node_selector_matches;
-
-use super::stages::is_deleting;
 
 /// True when the maintenance selects the node.
 pub fn selects(nm: &NodeMaintenance, node: &Node) -> bool {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    node_selector_matches(&nm.spec.node_selector, name, &labels)
+    match &node.metadata.labels {
+        Some(labels) => selects_node(nm, name, labels),
+        None => selects_node(nm, name, &BTreeMap::new()),
+    }
 }
 
 /// The names of the nodes the maintenance selects: those its status already lists first, in
@@ -40,11 +41,6 @@ pub fn selected_nodes(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> Vec<String> 
     ordered
 }
 
-/// In stage Drain and not being deleted: takes part in the drain-target resolution.
-pub fn is_draining(nm: &NodeMaintenance) -> bool {
-    nm.spec.stage() == Stage::Drain && !is_deleting(nm)
-}
-
 /// Pods pending evacuation and pods evacuating over the draining maintenances, for the gauges.
 /// A node drained by several maintenances counts once, with the largest counts any of them
 /// recorded for it (their status entries describe the same pods).
@@ -60,11 +56,6 @@ pub fn evacuation_totals(maintenances: &[Arc<NodeMaintenance>]) -> (i64, i64) {
     per_node
         .values()
         .fold((0, 0), |(p, e), (np, ne)| (p + np, e + ne))
-}
-
-/// In stage Cordon or Drain and not being deleted: keeps its nodes cordoned.
-pub fn holds_nodes(nm: &NodeMaintenance) -> bool {
-    matches!(nm.spec.stage(), Stage::Cordon | Stage::Drain) && !is_deleting(nm)
 }
 
 /// The input of `plan_drain` for every draining maintenance among `maintenances`, with the
@@ -125,6 +116,7 @@ pub fn drain_input(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Stage;
     use crate::api::{
         NodeMaintenanceNodeStatus, NodeMaintenanceSpec, NodeMaintenanceStatus, NodeReference,
     };

@@ -34,10 +34,7 @@ pub fn has_finalizer(nm: &NodeMaintenance) -> bool {
         .any(|f| f == MAINTENANCE_FINALIZER)
 }
 
-/// True when the maintenance is being deleted.
-pub fn is_deleting(nm: &NodeMaintenance) -> bool {
-    nm.metadata.deletion_timestamp.is_some()
-}
+pub use crate::drain::holds::is_deleting;
 
 /// SPEC 3.3: Idle touches nothing; other stages ensure the finalizer; deletion goes at once
 /// without the finalizer, otherwise through Complete before the finalizer is removed.
