@@ -115,6 +115,10 @@ pub struct Metrics {
     pub deployment_surges: Family<ResultLabel, Counter>,
     /// Time from the Deployment interceptor's start to its surge pods being available.
     pub deployment_time_to_available: Histogram,
+    /// DaemonSet pods the `daemonset.apps.k8s.io` interceptor handled, by result: `removed`,
+    /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
+    /// Drain targets it), `not_daemonset`.
+    pub daemonset_pods: Family<ResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -153,6 +157,7 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            daemonset_pods: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -255,6 +260,11 @@ impl Metrics {
             "evictord_deployment_interceptor_time_to_available_seconds",
             "Time from the Deployment interceptor's start until its surge pods are available",
             m.deployment_time_to_available.clone(),
+        );
+        r.register(
+            "evictord_daemonset_interceptor_pods",
+            "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
+            m.daemonset_pods.clone(),
         );
         m
     }
