@@ -541,4 +541,24 @@ mod tests {
             "README lists {reason}"
         );
     }
+
+    #[rstest::rstest]
+    fn node_events_are_listed_in_the_readme(
+        #[values(
+            crate::controller::node_maintenance::cordon::NodeEvent::Cordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Recordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Uncordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Tainted,
+            crate::controller::node_maintenance::cordon::NodeEvent::Retainted,
+            crate::controller::node_maintenance::cordon::NodeEvent::Untainted
+        )]
+        e: crate::controller::node_maintenance::cordon::NodeEvent,
+    ) {
+        let readme = include_str!("../../../README.md");
+        let reason = e.reason();
+        assert!(
+            readme.contains(&format!("`{reason}`")),
+            "README lists {reason}"
+        );
+    }
 }
