@@ -3,7 +3,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::api::MAINTENANCE_TAINT;
+use crate::api::{MAINTENANCE_TAINT, MAX_INTERCEPTOR_MESSAGE_BYTES};
 
 /// What the interceptor knows when it decides.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct Facts {
     pub tolerates_taint: Option<bool>,
     /// The node carries the maintenance taint.
     pub node_tainted: bool,
+    /// The message the interceptor's entry of the request carries now, if any.
+    pub recorded: Option<String>,
 }
 
 /// What to do for the request.
@@ -61,7 +63,8 @@ fn complete(message: String, result: &'static str) -> Step {
 /// The step for a DaemonSet pod (SPEC 5.3), in order: only DaemonSet pods; a pod already
 /// terminating is waited for; only pods a maintenance in Drain targets; a DaemonSet that
 /// tolerates the taint keeps its pod (deleting it would only restart it); the taint must be on
-/// the node before the pod is removed; then the pod is deleted.
+/// the node before the pod is removed; the reason is recorded in the request before the pod is
+/// deleted (the request may end the moment the pod is gone, and a reader must still learn why).
 pub fn on_activation(f: &Facts, now: Timestamp) -> Step {
     let Some(ds) = &f.daemonset else {
         return complete(
@@ -113,15 +116,36 @@ pub fn on_activation(f: &Facts, now: Timestamp) -> Step {
         .filter(|r| !r.is_empty())
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
+    let message = format!(
+        "{ds} is terminating pod {} due to node maintenance {maintenance}{why}; it is not started on node {} \
+         again until the maintenance completes",
+        f.pod, f.node
+    );
+    let expected_finish = now
+        .checked_add(SignedDuration::from_secs(f.grace_seconds.max(0)))
+        .unwrap_or(now);
+    if f.recorded.as_deref() != Some(message.as_str()) {
+        return Step::Wait {
+            message,
+            expected_finish: Some(expected_finish),
+        };
+    }
     Step::Delete {
-        message: format!(
-            "{ds} is terminating pod {} due to node maintenance {maintenance}{why}; it is not started on node {} \
-             again until the maintenance completes",
-            f.pod, f.node
-        ),
-        expected_finish: now
-            .checked_add(SignedDuration::from_secs(f.grace_seconds.max(0)))
-            .unwrap_or(now),
+        message,
+        expected_finish,
+    }
+}
+
+/// The completion message once the target pod is gone: what the interceptor last recorded
+/// (why the pod was removed) stays readable after it.
+pub fn on_gone(recorded: Option<&str>) -> String {
+    const GONE: &str = "the pod is gone";
+    match recorded.filter(|m| !m.is_empty()) {
+        Some(m) if m.starts_with(GONE) => m.to_string(),
+        Some(m) if m.len() + GONE.len() + 2 <= MAX_INTERCEPTOR_MESSAGE_BYTES => {
+            format!("{GONE}: {m}")
+        }
+        _ => GONE.to_string(),
     }
 }
 
@@ -144,8 +168,12 @@ mod tests {
             maintenance: Some(("os-upgrade".into(), Some("OS upgrade".into()))),
             tolerates_taint: Some(false),
             node_tainted: true,
+            recorded: Some(DELETING.into()),
         }
     }
+
+    const DELETING: &str = "logs is terminating pod ns/logs-x due to node maintenance os-upgrade (OS upgrade); it is \
+                            not started on node one again until the maintenance completes";
 
     fn result(step: &Step) -> &'static str {
         match step {
@@ -156,7 +184,9 @@ mod tests {
     }
 
     #[rstest::rstest]
-    #[case::targeted_pod_is_deleted(facts(), "delete")]
+    #[case::targeted_pod_is_deleted_once_the_reason_is_recorded(facts(), "delete")]
+    #[case::reason_recorded_before_the_deletion(Facts { recorded: None, ..facts() }, "wait")]
+    #[case::another_reason_recorded(Facts { recorded: Some("waiting for the taint".into()), ..facts() }, "wait")]
     #[case::not_a_daemonset_pod(Facts { daemonset: None, ..facts() }, "not_daemonset")]
     #[case::terminating_pod_is_waited_for(Facts { deleting_since: Some(t(20)), ..facts() }, "wait")]
     #[case::not_targeted_by_a_maintenance(Facts { maintenance: None, ..facts() }, "not_targeted")]
@@ -179,15 +209,25 @@ mod tests {
                 message,
                 expected_finish,
             } => {
-                assert_eq!(
-                    message,
-                    "logs is terminating pod ns/logs-x due to node maintenance os-upgrade (OS upgrade); it is not \
-                     started on node one again until the maintenance completes"
-                );
+                assert_eq!(message, DELETING);
                 assert_eq!(expected_finish, t(30));
             }
             other => panic!("{other:?}"),
         }
+        let first = on_activation(
+            &Facts {
+                recorded: None,
+                ..facts()
+            },
+            t(0),
+        );
+        assert_eq!(
+            first,
+            Step::Wait {
+                message: DELETING.into(),
+                expected_finish: Some(t(30))
+            }
+        );
         let kept = on_activation(
             &Facts {
                 tolerates_taint: Some(true),
@@ -210,5 +250,15 @@ mod tests {
             matches!(&untargeted, Step::Complete { message, .. } if message.starts_with("no NodeMaintenance in Drain targets pod ns/logs-x on node one")),
             "{untargeted:?}"
         );
+    }
+
+    #[rstest::rstest]
+    #[case::keeps_the_reason(Some(DELETING.into()), format!("the pod is gone: {DELETING}"))]
+    #[case::nothing_recorded(None, "the pod is gone".into())]
+    #[case::empty(Some(String::new()), "the pod is gone".into())]
+    #[case::not_twice(Some("the pod is gone: x".into()), "the pod is gone: x".into())]
+    #[case::within_the_limit(Some("x".repeat(MAX_INTERCEPTOR_MESSAGE_BYTES - 10)), "the pod is gone".into())]
+    fn on_gone_rows(#[case] recorded: Option<String>, #[case] want: String) {
+        assert_eq!(on_gone(recorded.as_deref()), want);
     }
 }

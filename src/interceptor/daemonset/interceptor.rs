@@ -9,7 +9,7 @@ use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::decide::{Facts, Step, on_activation};
+use super::decide::{Facts, Step, on_activation, on_gone};
 use super::{Error, NAME};
 use crate::api::taint::{has_maintenance_taint, tolerates_maintenance_taint};
 use crate::api::{EvictionRequest, NodeMaintenance, PodType};
@@ -32,6 +32,15 @@ fn count(result: &'static str) {
 }
 
 /// The name of the DaemonSet that controls `pod`, if one does.
+/// The message of this interceptor's entry in the request, if any.
+fn recorded(request: &EvictionRequest) -> Option<String> {
+    request
+        .status
+        .as_ref()
+        .and_then(|s| s.interceptor(NAME))
+        .and_then(|e| e.message.clone())
+}
+
 fn daemonset_of(pod: &Pod) -> Option<String> {
     pod.owner_references()
         .iter()
@@ -48,7 +57,11 @@ impl DaemonSetInterceptor {
         }
     }
 
-    async fn facts(&self, pod: &Pod) -> Result<(Facts, Option<DaemonSet>), Error> {
+    async fn facts(
+        &self,
+        request: &EvictionRequest,
+        pod: &Pod,
+    ) -> Result<(Facts, Option<DaemonSet>), Error> {
         let ns = pod.namespace().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
         let node = spec.node_name.clone().unwrap_or_default();
@@ -62,6 +75,7 @@ impl DaemonSetInterceptor {
             maintenance: None,
             tolerates_taint: None,
             node_tainted: false,
+            recorded: recorded(request),
         };
         let Some(ds_name) = daemonset else {
             return Ok((facts, None));
@@ -111,8 +125,8 @@ impl DaemonSetInterceptor {
         Ok((facts, ds))
     }
 
-    async fn step(&self, pod: &Pod) -> Result<Progress, Error> {
-        let (facts, ds) = self.facts(pod).await?;
+    async fn step(&self, request: &EvictionRequest, pod: &Pod) -> Result<Progress, Error> {
+        let (facts, ds) = self.facts(request, pod).await?;
         match on_activation(&facts, Timestamp::now()) {
             Step::Complete { message, result } => {
                 count(result);
@@ -190,13 +204,13 @@ impl Interceptor for DaemonSetInterceptor {
 
     async fn progress(
         &self,
-        _request: &EvictionRequest,
+        request: &EvictionRequest,
         pod: Option<&Pod>,
     ) -> Result<Progress, BoxError> {
         let Some(pod) = pod else {
-            return Ok(Progress::complete("the pod is gone"));
+            return Ok(Progress::complete(on_gone(recorded(request).as_deref())));
         };
-        Ok(self.step(pod).await?)
+        Ok(self.step(request, pod).await?)
     }
 }
 
