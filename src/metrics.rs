@@ -115,6 +115,13 @@ pub struct Metrics {
     pub deployment_surges: Family<ResultLabel, Counter>,
     /// Time from the Deployment interceptor's start to its surge pods being available.
     pub deployment_time_to_available: Histogram,
+    /// Static pod manifests the node agent moved, by result: `held`, `restored`.
+    pub node_agent_moves: Family<ResultLabel, Counter>,
+    /// Static pod manifests the node agent holds now.
+    pub node_agent_held: Gauge,
+    /// Held entries the node agent leaves to the administrator now (changed or removed by
+    /// someone else).
+    pub node_agent_conflicts: Gauge,
     registry: Registry,
 }
 
@@ -153,6 +160,9 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            node_agent_moves: Family::default(),
+            node_agent_held: Gauge::default(),
+            node_agent_conflicts: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -255,6 +265,21 @@ impl Metrics {
             "evictord_deployment_interceptor_time_to_available_seconds",
             "Time from the Deployment interceptor's start until its surge pods are available",
             m.deployment_time_to_available.clone(),
+        );
+        r.register(
+            "evictord_node_agent_moves",
+            "Static pod manifests the node agent moved, by result (held, restored)",
+            m.node_agent_moves.clone(),
+        );
+        r.register(
+            "evictord_node_agent_held_manifests",
+            "Static pod manifests the node agent holds out of the kubelet's directory",
+            m.node_agent_held.clone(),
+        );
+        r.register(
+            "evictord_node_agent_conflicts",
+            "Held static pod manifests changed or removed by someone else, left to the administrator",
+            m.node_agent_conflicts.clone(),
         );
         m
     }
