@@ -15,6 +15,7 @@ pub mod interceptor;
 pub mod kubelet;
 pub mod plugin;
 pub mod process;
+pub mod static_kubelet;
 pub mod surge;
 pub mod tls_client;
 pub mod tools;
