@@ -160,8 +160,10 @@ impl ServeArgs {
     }
 }
 
-/// `evictord node-agent`.
+/// `evictord node-agent`. A flag given twice takes the last value (`nodeAgent.extraArgs` can
+/// override the chart's own flags).
 #[derive(Debug, Clone, Args)]
+#[command(args_override_self = true)]
 pub struct NodeAgentArgs {
     /// Kubeconfig file. Default: in-cluster configuration or `$KUBECONFIG`/`~/.kube/config`.
     #[arg(long, env = "EVICTORD_KUBECONFIG")]
