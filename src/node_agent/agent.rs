@@ -100,6 +100,8 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         }
     });
 
+    // Nothing is decided before every maintenance is known: an empty store would read as "no
+    // maintenance holds the node" and put every held manifest back.
     info!(node = %args.node_name, dir = %args.static_pod_path.display(), "waiting for the NodeMaintenances");
     tokio::select! {
         r = reader.wait_until_ready() => r.context("the NodeMaintenance watch ended")?,
@@ -108,10 +110,14 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
             return Ok(());
         }
     }
-    // Nothing is decided before every maintenance is known: an empty store would read as "no
-    // maintenance holds the node" and put every held manifest back.
+    // Announced before serving: the controller gives the node's mirror pods kubelet.k8s.io from then on.
     let mut tries = 0u32;
-    while let Err(e) = keeper::announce(&ctx).await {
+    while let Err(e) = async {
+        let node = keeper::read_node(&ctx).await?;
+        keeper::announce(&ctx, &node).await
+    }
+    .await
+    {
         tries += 1;
         warn!(error = %e, tries, "announcing the node agent on the node failed; retrying");
         tokio::select! {

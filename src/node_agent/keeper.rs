@@ -35,41 +35,51 @@ pub struct Outcome {
     pub held: usize,
 }
 
-/// Reads the agent's Node and sets its `evictord.dev/node-agent` annotation to the agent's
-/// name when it is missing or names another agent; returns the Node.
+/// Reads the agent's Node.
 ///
 /// # Errors
-/// When the Node cannot be read or patched.
-pub async fn announce(ctx: &Context) -> Result<Node, Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node = nodes
+/// When the Node cannot be read.
+pub async fn read_node(ctx: &Context) -> Result<Node, Error> {
+    Api::<Node>::all(ctx.client.clone())
         .get(&ctx.node)
         .await
-        .map_err(|e| Error::Api(format!("reading node {}", ctx.node), e))?;
+        .map_err(|e| Error::Api(format!("reading node {}", ctx.node), e))
+}
+
+/// Sets the Node's `evictord.dev/node-agent` annotation to the agent's name when it is missing
+/// or names another agent.
+///
+/// # Errors
+/// When the Node cannot be patched.
+pub async fn announce(ctx: &Context, node: &Node) -> Result<(), Error> {
     let current = node
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(NODE_AGENT_ANNOTATION));
     if current == Some(&ctx.agent) {
-        return Ok(node);
+        return Ok(());
     }
     let patch = json!({"metadata": {"annotations": {NODE_AGENT_ANNOTATION: ctx.agent}}});
-    let node = nodes
+    Api::<Node>::all(ctx.client.clone())
         .patch(&ctx.node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| Error::Api(format!("annotating node {}", ctx.node), e))?;
     info!(node = %ctx.node, agent = %ctx.agent, "announced the node agent on the node ({NODE_AGENT_ANNOTATION})");
-    Ok(node)
+    Ok(())
 }
 
-/// One look: the node, whether a maintenance holds it, then every held entry under the lock.
+/// One look: the node (announced again if someone removed the annotation), whether a
+/// maintenance holds it, then every held entry under the lock.
 ///
 /// # Errors
 /// When the Node cannot be read (nothing is restored without knowing) or a filesystem step
-/// fails.
+/// fails. A failed announcement is logged only: it does not keep manifests from coming back.
 pub async fn check(ctx: &Arc<Context>) -> Result<Outcome, Error> {
-    let node = announce(ctx).await?;
+    let node = read_node(ctx).await?;
+    if let Err(e) = announce(ctx, &node).await {
+        warn!(error = %e, "announcing the node agent on the node failed; retrying at the next check");
+    }
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let maintenances = ctx.maintenances();
     let holding = !holders(&maintenances, &ctx.node, &labels).is_empty();
