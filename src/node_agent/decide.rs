@@ -26,6 +26,8 @@ pub struct RequestInput<'a> {
     pub maintenances: &'a [NodeMaintenance],
     /// The static pod directory and its held directory.
     pub snapshot: &'a Snapshot,
+    /// The request names the node maintenance controller among its requesters.
+    pub requested_by_maintenance: bool,
     /// Now.
     pub now: Timestamp,
 }
@@ -101,7 +103,10 @@ pub fn after_hold(records: &[Record], dir: &str) -> Step {
 /// - not a mirror pod: complete, there is nothing for the kubelet to do;
 /// - its manifest is already held: wait for the kubelet;
 /// - no maintenance in Drain targets it (type Static, its priority, its labels, on this node):
-///   complete with a message saying so (the static pod keeps running);
+///   complete with a message saying so (the static pod keeps running) — unless the node
+///   maintenance controller asked for the eviction: it creates the requests of the pods a
+///   maintenance targets before it records those targets in the maintenance's status, and the
+///   agent may see the request before that status, so it waits for it;
 /// - no manifest in the directory defines it, or an earlier held copy of the same file is in
 ///   the way: complete with a message saying so;
 /// - otherwise hold every manifest that defines it.
@@ -136,6 +141,15 @@ pub fn on_request(input: &RequestInput<'_>) -> Step {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let Some(maintenance) = targeting(input.maintenances, node, PodType::Static, priority, &labels)
     else {
+        if input.requested_by_maintenance {
+            return Step::Wait {
+                message: format!(
+                    "waiting for a NodeMaintenance in stage Drain to record static pod {namespace}/{name} on node {node} \
+                     (type Static, priority {priority}) in its drain targets"
+                ),
+                expected_finish: None,
+            };
+        }
         return Step::Complete(format!(
             "no NodeMaintenance in stage Drain targets static pod {namespace}/{name} on node {node} \
              (type Static, priority {priority}) yet: the kubelet keeps it running"

@@ -131,12 +131,22 @@ fn held_record() -> Record {
 }
 
 fn decide(pod: Option<&Pod>, m: &[NodeMaintenance], snapshot: &Snapshot) -> Step {
+    decide_for(pod, m, snapshot, false)
+}
+
+fn decide_for(
+    pod: Option<&Pod>,
+    m: &[NodeMaintenance],
+    snapshot: &Snapshot,
+    requested_by_maintenance: bool,
+) -> Step {
     on_request(&RequestInput {
         node: NODE,
         dir: "/etc/kubernetes/manifests",
         pod,
         maintenances: m,
         snapshot,
+        requested_by_maintenance,
         now: t(0),
     })
 }
@@ -323,4 +333,32 @@ fn message_without_reason() {
     assert!(holding_message(&r, "/d").starts_with(
         "etcd is terminating the pod due to node maintenance os-upgrade: its manifest etcd.yaml"
     ));
+}
+
+/// The node maintenance controller creates a targeted pod's request before it records the
+/// targets in the maintenance's status: its requests wait for the status, others complete.
+#[rstest]
+#[case::by_the_maintenance_not_yet_recorded(
+    true,
+    None,
+    "wait",
+    "waiting for a NodeMaintenance in stage Drain to record"
+)]
+#[case::by_the_maintenance_recorded(true, Some(0), "hold", "etcd.yaml")]
+#[case::by_someone_else(false, None, "complete", "no NodeMaintenance in stage Drain targets")]
+fn request_of_the_maintenance_waits_for_its_recorded_targets(
+    #[case] by_maintenance: bool,
+    #[case] static_target: Option<i32>,
+    #[case] kind: &str,
+    #[case] text: &str,
+) {
+    let got = decide_for(
+        Some(&mirror_pod(0)),
+        &[maintenance(static_target)],
+        &etcd_dir(),
+        by_maintenance,
+    );
+    let (k, message) = summary(&got);
+    assert_eq!(k, kind, "{got:?}");
+    assert!(message.contains(text), "{message:?} lacks {text:?}");
 }

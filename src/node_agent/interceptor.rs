@@ -12,7 +12,9 @@ use super::Error;
 use super::decide::{RequestInput, Step, after_hold, on_request};
 use super::held::Record;
 use super::report::{Context, MANIFEST_HELD, count_move};
-use crate::api::{EvictionRequest, KUBELET_INTERCEPTOR, REQUESTED_FOR_NODE_ANNOTATION};
+use crate::api::{
+    EvictionRequest, KUBELET_INTERCEPTOR, NODE_MAINTENANCE_REQUESTER, REQUESTED_FOR_NODE_ANNOTATION,
+};
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::recorder::EventType;
 
@@ -29,9 +31,14 @@ impl KubeletInterceptor {
 
     /// Decides under the directory's lock and holds what the decision says; returns the step
     /// and the records it held.
-    async fn step(&self, pod: Option<&Pod>) -> Result<(Step, Vec<Record>), Error> {
+    async fn step(
+        &self,
+        request: &EvictionRequest,
+        pod: Option<&Pod>,
+    ) -> Result<(Step, Vec<Record>), Error> {
         let ctx = self.ctx.clone();
         let pod = pod.cloned();
+        let requested_by_maintenance = request.has_requester(NODE_MAINTENANCE_REQUESTER);
         let maintenances = ctx.maintenances();
         tokio::task::spawn_blocking(move || {
             let store = &ctx.store;
@@ -44,6 +51,7 @@ impl KubeletInterceptor {
                 pod: pod.as_ref(),
                 maintenances: &maintenances,
                 snapshot: &snapshot,
+                requested_by_maintenance,
                 now: Timestamp::now(),
             });
             match step {
@@ -83,7 +91,7 @@ impl Interceptor for KubeletInterceptor {
         request: &EvictionRequest,
         pod: Option<&Pod>,
     ) -> Result<Progress, BoxError> {
-        let (step, held) = self.step(pod).await?;
+        let (step, held) = self.step(request, pod).await?;
         for r in &held {
             count_move("held");
             let note = format!(

@@ -82,9 +82,20 @@ down() {
     fi
   done
   # 2. containerd's shims (their command line names one of our containerd sockets) and every process
-  #    left in the pods' cgroups (containers, pause).
+  #    left in the pods' cgroups (containers, pause). A shim listens on a socket in the fixed
+  #    /run/containerd/s named sha256(<containerd address>/<namespace>/<id>) (containerd 1.6,
+  #    pkg/shim SocketAddress) and a killed shim leaves it behind: it is removed with the shim.
+  local args id address ns
   for pid in $(grep -lsE -- "${DIR}/containerd(-2)?/containerd.sock" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
-    [[ "${pid}" == "$$" ]] || kill -KILL "${pid}" 2>/dev/null || true
+    [[ "${pid}" == "$$" ]] && continue
+    args=$(tr '\0' '\n' <"/proc/${pid}/cmdline" 2>/dev/null) || continue
+    id=$(awk 'p {print; exit} $0 == "-id" {p = 1}' <<<"${args}")
+    address=$(awk 'p {print; exit} $0 == "-address" {p = 1}' <<<"${args}")
+    ns=$(awk 'p {print; exit} $0 == "-namespace" {p = 1}' <<<"${args}")
+    kill -KILL "${pid}" 2>/dev/null || true
+    if [[ -n "${id}" && -n "${address}" && -n "${ns}" ]]; then
+      rm -f "/run/containerd/s/$(printf '%s' "${address}/${ns}/${id}" | sha256sum | cut -d' ' -f1)"
+    fi
   done
   local d
   for i in $(seq 1 20); do

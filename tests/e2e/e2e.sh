@@ -53,7 +53,7 @@ fail() {
 }
 finish() {
   local rc=$?
-  rm -f "${DIR}/timeline.on"
+  [[ -z "${timeline_watch:-}" ]] || kill "${timeline_watch}" 2>/dev/null || true
   if [[ -n "${EVICTORD_E2E_KEEP:-}" ]]; then
     log "EVICTORD_E2E_KEEP set: the cluster keeps running; stop it with tests/e2e/cluster.sh down"
   else
@@ -192,35 +192,27 @@ until_ok "static pod ${STATIC_POD} Ready" 120 1 mirror_ready
 static_uid=$(k -n "${WORK}" get pod "${STATIC_POD}" -o jsonpath='{.metadata.uid}')
 log "DaemonSet pod ${ds_pod} and static pod ${STATIC_POD} running on ${NODE}"
 
-# The timeline: every 0.5 s the pods of ${WORK} on ${NODE}; each change (running, stopping, gone)
-# with its time, until the maintenance is over.
-touch "${DIR}/timeline.on"
+# The timeline: a watch of the pods of ${WORK} on ${NODE} (kubectl --watch, so each change arrives
+# as it happens); each change of a pod (pending, running, stopping, gone) with the time it arrived.
+mkfifo "${DIR}/timeline.fifo"
+nsenter --net="/run/netns/evictord-e2e" -- "${TOOLS}/kubectl" --kubeconfig "${DIR}/admin.kubeconfig" \
+  -n "${WORK}" get pods --field-selector "spec.nodeName=${NODE}" --watch --output-watch-events \
+  -o jsonpath='{.type}|{.object.metadata.name}|{.object.status.phase}|{.object.metadata.deletionTimestamp}{"\n"}' \
+  >"${DIR}/timeline.fifo" 2>/dev/null &
+timeline_watch=$!
 (
   declare -A seen
-  while [[ -e "${DIR}/timeline.on" ]]; do
-    now=$(k -n "${WORK}" get pods --field-selector "spec.nodeName=${NODE}" \
-      -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.phase}{" "}{.metadata.deletionTimestamp}{"\n"}{end}' 2>/dev/null) || { sleep 0.5; continue; }
+  while IFS='|' read -r type name phase deleting; do
     t=$(date +%s.%N)
-    declare -A current=()
-    while read -r name phase deleting; do
-      [[ -n "${name}" ]] || continue
-      state=running
-      [[ "${phase}" == Running ]] || state="${phase,,}"
-      [[ -z "${deleting}" ]] || state=stopping
-      current[${name}]=${state}
-      [[ "${seen[${name}]:-}" == "${state}" ]] || echo "${t} ${name} ${state}"
-      seen[${name}]=${state}
-    done <<<"${now}"
-    for name in "${!seen[@]}"; do
-      if [[ -z "${current[${name}]:-}" ]]; then
-        echo "${t} ${name} gone"
-        unset "seen[${name}]"
-      fi
-    done
-    unset current
-    sleep 0.5
-  done
-) >"${DIR}/timeline.log" 2>/dev/null &
+    [[ -n "${name}" ]] || continue
+    state=${phase,,}
+    [[ -z "${deleting}" ]] || state=stopping
+    [[ "${type}" != DELETED ]] || state=gone
+    [[ "${seen[${name}]:-}" == "${state}" ]] || echo "${t} ${name} ${state}"
+    seen[${name}]=${state}
+  done <"${DIR}/timeline.fifo"
+) >"${DIR}/timeline.log" &
+timeline_reader=$!
 # when POD STATE: the first time the timeline saw it (epoch seconds), empty if never.
 when() { awk -v p="$1" -v s="$2" '$2 == p && $3 == s {print $1; exit}' "${DIR}/timeline.log"; }
 
@@ -314,7 +306,8 @@ log "ok: NodeMaintenance e2e-drain Drained"
 
 # The order: the static pod's manifest was held after the plain pod was gone, and after the
 # DaemonSet pod was gone when this build's controller hands DaemonSet pods to daemonset.apps.k8s.io
-# (the timeline sees a pod gone at most 0.5 s late: a gone time before the hold is a true order).
+# (the timeline sees a pod gone when the watch event arrives, never before: a gone time before the
+# hold, which the agent records before it moves the manifest, is a true order).
 sleep 1
 sleeper_gone=$(when sleeper gone)
 [[ -n "${sleeper_gone}" && -n "$(when "${STATIC_POD}" gone)" ]] || fail "timeline incomplete: $(cat "${DIR}/timeline.log")"
@@ -363,8 +356,9 @@ if [[ "${ds_interceptors}" == *daemonset.apps.k8s.io* ]]; then
   log "ok: a DaemonSet pod is back on ${NODE}"
 fi
 sleep 1
-rm -f "${DIR}/timeline.on"
-wait
+kill "${timeline_watch}" 2>/dev/null || true
+wait "${timeline_reader}" || true
+timeline_watch=""
 log "timeline (seconds after the NodeMaintenance was created; pods of ${WORK} on ${NODE}):"
 sort -n "${DIR}/timeline.log" "${DIR}/timeline.extra" |
   awk -v t0="${drain_start}" '{printf "  %+7.1f s  %-28s %s\n", $1 - t0, $2, $3}' >&2
