@@ -72,6 +72,30 @@ pub struct StageLabel {
     pub stage: &'static str,
 }
 
+/// The `result` values of `evictionrequest_controller_imperative_evictions`.
+pub const IMPERATIVE_EVICTION_RESULTS: &[&str] =
+    &["success", "pod_gone", "too_many_requests", "failure"];
+/// The `outcome` values of `evictord_eviction_api_calls`.
+pub const EVICTION_API_OUTCOMES: &[&str] = &[
+    "intercepted",
+    "allowed_no_interceptors",
+    "allowed_own_eviction",
+    "allowed_terminating",
+    "allowed_evicted",
+    "allowed_dry_run",
+    "allowed_pod_not_found",
+    "allowed_unknown",
+    "error",
+];
+/// The `result` values of `evictord_deployment_interceptor_surges`.
+pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned", "skipped"];
+/// The `result` values of `evictord_daemonset_interceptor_pods`.
+pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
+/// The `result` values of `evictord_node_agent_moves`.
+pub const NODE_AGENT_MOVE_RESULTS: &[&str] = &["held", "restored"];
+/// The `controller` values of the reconcile metrics.
+pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
+
 /// Every metric of the process.
 pub struct Metrics {
     /// Admission requests by resource, operation and verdict.
@@ -122,6 +146,10 @@ pub struct Metrics {
     /// Held entries the node agent leaves to the administrator now (changed or removed by
     /// someone else).
     pub node_agent_conflicts: Gauge,
+    /// DaemonSet pods the `daemonset.apps.k8s.io` interceptor handled, by result: `removed`,
+    /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
+    /// Drain targets it), `not_daemonset`.
+    pub daemonset_pods: Family<ResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -163,8 +191,10 @@ impl Metrics {
             node_agent_moves: Family::default(),
             node_agent_held: Gauge::default(),
             node_agent_conflicts: Gauge::default(),
+            daemonset_pods: Family::default(),
             registry: Registry::default(),
         };
+        m.zero_series();
         let r = &mut m.registry;
         r.register(
             "evictord_admission_requests",
@@ -281,7 +311,47 @@ impl Metrics {
             "Held static pod manifests changed or removed by someone else, left to the administrator",
             m.node_agent_conflicts.clone(),
         );
+        r.register(
+            "evictord_daemonset_interceptor_pods",
+            "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
+            m.daemonset_pods.clone(),
+        );
         m
+    }
+
+    /// Creates every series whose labels take a known, fixed set of values, at zero: they are
+    /// exposed before anything happens, so `rate()`, alerts and dashboards see zeros rather than
+    /// nothing (and a scrape shows every family).
+    fn zero_series(&self) {
+        for &result in IMPERATIVE_EVICTION_RESULTS {
+            drop(
+                self.imperative_evictions
+                    .get_or_create(&ResultLabel { result }),
+            );
+        }
+        for &outcome in EVICTION_API_OUTCOMES {
+            drop(
+                self.eviction_api_calls
+                    .get_or_create(&OutcomeLabel { outcome }),
+            );
+        }
+        for &result in SURGE_RESULTS {
+            drop(
+                self.deployment_surges
+                    .get_or_create(&ResultLabel { result }),
+            );
+        }
+        for &result in DAEMONSET_RESULTS {
+            drop(self.daemonset_pods.get_or_create(&ResultLabel { result }));
+        }
+        for &result in NODE_AGENT_MOVE_RESULTS {
+            drop(self.node_agent_moves.get_or_create(&ResultLabel { result }));
+        }
+        for &controller in CONTROLLERS {
+            let label = ControllerLabel { controller };
+            drop(self.reconcile_retries.get_or_create(&label));
+            drop(self.reconcile_duration.get_or_create(&label));
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -328,5 +398,20 @@ mod tests {
             text.contains("# TYPE evictord_admission_duration_seconds histogram"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn fixed_label_values_are_exposed_at_zero() {
+        let text = Metrics::new().encode();
+        for series in [
+            "evictionrequest_controller_imperative_evictions_total{result=\"too_many_requests\"} 0",
+            "evictord_eviction_api_calls_total{outcome=\"intercepted\"} 0",
+            "evictord_deployment_interceptor_surges_total{result=\"undone\"} 0",
+            "evictord_daemonset_interceptor_pods_total{result=\"kept\"} 0",
+            "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
+            "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in\n{text}");
+        }
     }
 }

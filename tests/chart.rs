@@ -290,7 +290,16 @@ fn helm_template_default_and_full_values() {
         assert_eq!(pdb["apiVersion"], pdb_version);
 
         // The pod must be able to delete pods (rules E8/U5 apply to evictord's own writes).
-        let cr = docs.iter().find(|d| kind(d) == "ClusterRole").unwrap();
+        // (evictord's own ClusterRole, not the node agent's.)
+        let cr = docs
+            .iter()
+            .find(|d| {
+                kind(d) == "ClusterRole"
+                    && !d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-node-agent"))
+            })
+            .unwrap();
         let pod_rule = cr["rules"]
             .as_sequence()
             .unwrap()
@@ -424,6 +433,8 @@ async fn default_values_apply_to_the_real_control_plane() {
 async fn full_values_apply_to_the_real_control_plane() {
     let c = support::cluster().await;
     let full = full_values();
+    // ci/full-values.yaml puts the dashboard ConfigMap where Grafana's sidecar watches.
+    create_namespace(c, "monitoring");
     let docs = apply_chart(c, "t", "evictord-full-ns", Some(&full)).await;
     let real: Vec<&str> = docs
         .iter()
@@ -431,6 +442,20 @@ async fn full_values_apply_to_the_real_control_plane() {
         .map(kind)
         .collect();
     assert!(real.contains(&"ServiceMonitor") && real.contains(&"PrometheusRule"));
+    ok(
+        "kubectl get the dashboard ConfigMap",
+        &kubectl(
+            c,
+            &[
+                "get",
+                "configmap",
+                "-n",
+                "monitoring",
+                "evictord-full-dashboard",
+            ],
+            None,
+        ),
+    );
     ok(
         "kubectl get the PrometheusRule",
         &kubectl(

@@ -6,8 +6,8 @@
 //! manifest is held, the agent loses nothing and starts nothing early; a manifest put at the
 //! original path by someone else is never overwritten.
 //!
-//! Until the eviction request controller adds `kubelet.k8s.io` to the requests of mirror pods
-//! on nodes with an agent by itself, the manifests declare it in their interceptor annotation.
+//! The manifests declare no interceptor: the eviction request controller gives the mirror pods of
+//! a node whose agent announced itself `kubelet.k8s.io` (SPEC 2.3 step 5).
 
 mod support;
 
@@ -153,7 +153,7 @@ async fn world(prefix: &str) -> World {
 impl World {
     fn manifest(&self, name: &str, image: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n  annotations:\n    evictord.dev/eviction-interceptors: {KUBELET_INTERCEPTOR}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  containers:\n  - name: c\n    image: {image}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  containers:\n  - name: c\n    image: {image}\n",
             ns = self.ns
         )
     }

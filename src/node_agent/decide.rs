@@ -104,9 +104,9 @@ pub fn after_hold(records: &[Record], dir: &str) -> Step {
 /// - its manifest is already held: wait for the kubelet;
 /// - no maintenance in Drain targets it (type Static, its priority, its labels, on this node):
 ///   complete with a message saying so (the static pod keeps running) — unless the node
-///   maintenance controller asked for the eviction: it creates the requests of the pods a
-///   maintenance targets before it records those targets in the maintenance's status, and the
-///   agent may see the request before that status, so it waits for it;
+///   maintenance controller asked for the eviction: it requests only pods a maintenance targets,
+///   but the agent's watch of the maintenances may show the request before the status that
+///   records those targets, so it waits for that status;
 /// - no manifest in the directory defines it, or an earlier held copy of the same file is in
 ///   the way: complete with a message saying so;
 /// - otherwise hold every manifest that defines it.

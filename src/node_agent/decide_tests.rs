@@ -335,8 +335,8 @@ fn message_without_reason() {
     ));
 }
 
-/// The node maintenance controller creates a targeted pod's request before it records the
-/// targets in the maintenance's status: its requests wait for the status, others complete.
+/// The agent may see a request of the node maintenance controller before the maintenance status
+/// that records its targets: such requests wait for the status, others complete.
 #[rstest]
 #[case::by_the_maintenance_not_yet_recorded(
     true,

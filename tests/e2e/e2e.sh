@@ -12,8 +12,8 @@
 # 3. checks: evictord patched its CA into both webhook configurations; kube-apiserver calls the
 #    webhook and `kubectl` shows its denial (rule E3); a NodeMaintenance in stage Drain with the
 #    default plan cordons e2e-node and drains, in plan order, a plain pod (which the kubelet stops
-#    honouring its preStop hook and grace period), a DaemonSet pod (once this build has the
-#    daemonset.apps.k8s.io interceptor; until then it stays) and a static pod, which leaves in the
+#    honouring its preStop hook and grace period), a DaemonSet pod (daemonset.apps.k8s.io; none
+#    runs there again until Complete) and a static pod, which leaves in the
 #    Static stage through the node agent; the kubelet restarted during the maintenance does not
 #    start the static pod again; after Complete it runs again; a timeline shows each pod's stop and
 #    start; `helm uninstall` leaves no webhook configuration;
@@ -146,9 +146,8 @@ uid=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.metadata.uid}')
 container=$(k -n "${WORK}" get pod sleeper -o jsonpath='{.status.containerStatuses[0].containerID}')
 log "pod sleeper running (uid ${uid})"
 
-# A DaemonSet pod and a static pod (busybox `sleep`) on the node. The static pod's manifest declares
-# kubelet.k8s.io itself for builds whose controller does not yet add it to the requests of mirror
-# pods on nodes with a node agent.
+# A DaemonSet pod and a static pod (busybox `sleep`) on the node. Neither declares an interceptor:
+# evictord gives them daemonset.apps.k8s.io and, the node announcing its agent, kubelet.k8s.io.
 k apply -f - >&2 <<EOF
 apiVersion: apps/v1
 kind: DaemonSet
@@ -173,8 +172,6 @@ kind: Pod
 metadata:
   name: ${STATIC}
   namespace: ${WORK}
-  annotations:
-    evictord.dev/eviction-interceptors: kubelet.k8s.io
 spec:
   hostNetwork: true
   terminationGracePeriodSeconds: ${STATIC_GRACE}
@@ -304,27 +301,19 @@ drained() { [[ "$(k get nodemaintenance e2e-drain -o jsonpath='{.status.conditio
 until_ok "NodeMaintenance e2e-drain Drained" 120 1 drained
 log "ok: NodeMaintenance e2e-drain Drained"
 
-# The order: the static pod's manifest was held after the plain pod was gone, and after the
-# DaemonSet pod was gone when this build's controller hands DaemonSet pods to daemonset.apps.k8s.io
-# (the timeline sees a pod gone when the watch event arrives, never before: a gone time before the
+# The order: the static pod's manifest was held after the plain pod and the DaemonSet pod (removed
+# by daemonset.apps.k8s.io) were gone (the timeline sees a pod gone when the watch event arrives, never before: a gone time before the
 # hold, which the agent records before it moves the manifest, is a true order).
 sleep 1
 sleeper_gone=$(when sleeper gone)
 [[ -n "${sleeper_gone}" && -n "$(when "${STATIC_POD}" gone)" ]] || fail "timeline incomplete: $(cat "${DIR}/timeline.log")"
 awk -v a="${sleeper_gone}" -v b="${held_at}" 'BEGIN {exit !(a < b)}' ||
   fail "the static pod was held before the plain pod was gone"
-ds_uid=$(k -n "${WORK}" get pod "${ds_pod}" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
-ds_interceptors=$(k -n "${WORK}" get evictionrequest -o jsonpath="{range .items[?(@.spec.target.pod.name==\"${ds_pod}\")]}{.status.targetInterceptors[*].name}{end}")
-if [[ "${ds_interceptors}" == *daemonset.apps.k8s.io* ]]; then
-  ds_gone=$(when "${ds_pod}" gone)
-  [[ -n "${ds_gone}" ]] || fail "DaemonSet pod ${ds_pod} did not leave (interceptors: ${ds_interceptors})"
-  awk -v a="${ds_gone}" -v b="${held_at}" 'BEGIN {exit !(a < b)}' ||
-    fail "the static pod was held before the DaemonSet pod was gone"
-  log "ok: plan order: plain pod, DaemonSet pod, static pod"
-else
-  [[ -n "${ds_uid}" ]] || fail "DaemonSet pod ${ds_pod} left, but its request names no daemonset.apps.k8s.io"
-  log "ok: plan order: plain pod, then static pod; DaemonSet pod ${ds_pod} stays (its request's interceptors: ${ds_interceptors:-none}; this build has no daemonset.apps.k8s.io)"
-fi
+ds_gone=$(when "${ds_pod}" gone)
+[[ -n "${ds_gone}" ]] || fail "DaemonSet pod ${ds_pod} did not leave: $(cat "${DIR}/timeline.log")"
+awk -v a="${ds_gone}" -v b="${held_at}" 'BEGIN {exit !(a < b)}' ||
+  fail "the static pod was held before the DaemonSet pod was gone"
+log "ok: plan order: plain pod, DaemonSet pod, static pod"
 
 # 5. The kubelet restarted during the maintenance does not start the static pod: its manifest is not
 #    in the kubelet's directory. Watched for 20 s (four of its 5 s directory checks).
@@ -342,19 +331,22 @@ log "ok: kubelet restarted during the maintenance; static pod ${STATIC_POD} stay
 
 # 6. Complete: the node agent puts the manifest back, the kubelet starts the static pod again.
 k patch nodemaintenance e2e-drain --type merge -p '{"spec":{"stage":"Complete"}}' >&2
-complete_at=$(date +%s)
-echo "$(date +%s.%N) e2e-drain Complete" >>"${DIR}/timeline.extra"
+complete_ns=$(date +%s.%N)
+complete_at=${complete_ns%.*}
+echo "${complete_ns} e2e-drain Complete" >>"${DIR}/timeline.extra"
 restored() { [[ "$(cat "${MANIFESTS}/${STATIC}.yaml" 2>/dev/null)" == "${static_manifest}" && ! -e "${held}" ]]; }
 until_ok "${STATIC}.yaml back in the kubelet's directory" 120 0.5 restored
 echo "$(date +%s.%N) ${STATIC_POD} manifest-back-(seen)" >>"${DIR}/timeline.extra"
 until_ok "static pod ${STATIC_POD} Ready again" 120 1 mirror_ready
 static_container_running || fail "the static pod's container is not running after Complete"
 log "ok: after Complete the manifest is back, unchanged, and static pod ${STATIC_POD} runs again ($(($(date +%s) - complete_at)) s)"
-if [[ "${ds_interceptors}" == *daemonset.apps.k8s.io* ]]; then
-  ds_back() { [[ -n "$(k -n "${WORK}" get pods -l app=e2e-ds --field-selector status.phase=Running -o name)" ]]; }
-  until_ok "a DaemonSet pod back on ${NODE}" 120 1 ds_back
-  log "ok: a DaemonSet pod is back on ${NODE}"
-fi
+# While in Drain, no pod of the DaemonSet ran on the node again (the maintenance taint); after
+# Complete one does.
+early=$(awk -v t="${complete_ns}" -v p="${ds_pod}" '$2 ~ /^e2e-ds-/ && $2 != p && $1 < t' "${DIR}/timeline.log")
+[[ -z "${early}" ]] || fail "a DaemonSet pod came back during the maintenance: ${early}"
+ds_back() { [[ -n "$(k -n "${WORK}" get pods -l app=e2e-ds --field-selector status.phase=Running -o name)" ]]; }
+until_ok "a DaemonSet pod back on ${NODE}" 120 1 ds_back
+log "ok: no DaemonSet pod on ${NODE} during the maintenance; one is back after Complete"
 sleep 1
 kill "${timeline_watch}" 2>/dev/null || true
 wait "${timeline_reader}" || true
