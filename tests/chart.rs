@@ -240,7 +240,7 @@ fn helm_template_default_and_full_values() {
         }
         let monitoring = kinds.contains(&"ServiceMonitor") && kinds.contains(&"PrometheusRule");
         assert_eq!(monitoring, values.is_some(), "monitoring objects");
-        // The node agent (off by default, on in full-values; tests/node_agent.rs checks it).
+        // The node agent (off by default, on in full-values; tests/node_agent_chart.rs checks it).
         assert_eq!(kinds.contains(&"DaemonSet"), values.is_some(), "node agent");
 
         let vwc = docs

@@ -14,6 +14,7 @@ pub mod evictord;
 pub mod fixtures;
 pub mod interceptor;
 pub mod kubelet;
+pub mod node_agent;
 pub mod plugin;
 pub mod process;
 pub mod static_kubelet;
