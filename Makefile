@@ -88,9 +88,10 @@ image:
 image-check: image
 	tests/tools/image-check.sh $(IMAGE_OUT)
 
-## make e2e: the chart on a real one-node cluster with a kubelet, containerd and runc (all from Debian's
-## packages, nothing pulled; tests/e2e/cluster.sh): helm install, the webhook through the Service, a
-## NodeMaintenance draining a real pod, helm uninstall. Needs root. Not part of `make test`.
+## make e2e: the chart on a real two-node cluster with kubelets, containerd and runc (all from Debian's
+## packages, nothing pulled; tests/e2e/cluster.sh): helm install (with the node agent), the webhook, a
+## NodeMaintenance draining a plain, a DaemonSet and a static pod in plan order across a kubelet
+## restart, Complete, helm uninstall. Needs root. Not part of `make test`.
 e2e: image
 	tests/e2e/e2e.sh $(IMAGE_OUT) $(IMAGE_REPOSITORY) $(IMAGE_TAG)
 

@@ -1,4 +1,4 @@
-//! The command line (clap): `serve`, `crds`, `webhook-config`, `review`.
+//! The command line (clap): `serve`, `crds`, `webhook-config`, `review`, `node-agent`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +28,8 @@ pub enum Command {
     WebhookConfig(WebhookConfigArgs),
     /// Review one AdmissionReview offline, exactly as the server would, and print the response.
     Review(ReviewArgs),
+    /// Serve `kubelet.k8s.io` for the static pods of one node (run on each node, as a DaemonSet).
+    NodeAgent(NodeAgentArgs),
 }
 
 /// Parses `90s`, `20m`, `1h`, `1h30m`.
@@ -162,6 +164,41 @@ impl ServeArgs {
     pub fn controller_enabled(&self, name: &str) -> bool {
         self.controllers.iter().any(|c| c == "all" || c == name)
     }
+}
+
+/// `evictord node-agent`. A flag given twice takes the last value (`nodeAgent.extraArgs` can
+/// override the chart's own flags).
+#[derive(Debug, Clone, Args)]
+#[command(args_override_self = true)]
+pub struct NodeAgentArgs {
+    /// Kubeconfig file. Default: in-cluster configuration or `$KUBECONFIG`/`~/.kube/config`.
+    #[arg(long, env = "EVICTORD_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The node this agent runs on (the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The agent's name in the node's `evictord.dev/node-agent` annotation (its pod name).
+    #[arg(long, env = "POD_NAME", default_value = "evictord-node-agent")]
+    pub agent_name: String,
+    /// The kubelet's static pod directory (`--pod-manifest-path`, `staticPodPath`).
+    #[arg(long, default_value = "/etc/kubernetes/manifests")]
+    pub static_pod_path: PathBuf,
+    /// Address of the plain-HTTP server for `/livez`, `/readyz` and `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
+    /// How often the held manifests are checked against the NodeMaintenances besides on every
+    /// change of one.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub check_interval: Duration,
+    /// The webhook's `--interceptor-deadline` (heartbeat cadence).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub interceptor_deadline: Duration,
+    /// The webhook's `--min-heartbeat-interval`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub min_heartbeat_interval: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// `evictord webhook-config`.

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod drain;
 pub mod interceptor;
 pub mod metrics;
+pub mod node_agent;
 pub mod plugin;
 pub mod recorder;
 pub mod selector;

@@ -90,5 +90,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime.block_on(evictord::serve::run(*args))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::NodeAgent(args) => {
+            let _telemetry = evictord::telemetry::init(args.log_format)?;
+            rustls::crypto::ring::default_provider()
+                .install_default()
+                .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(evictord::node_agent::agent::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

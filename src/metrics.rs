@@ -91,6 +91,8 @@ pub const EVICTION_API_OUTCOMES: &[&str] = &[
 pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned", "skipped"];
 /// The `result` values of `evictord_daemonset_interceptor_pods`.
 pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
+/// The `result` values of `evictord_node_agent_moves`.
+pub const NODE_AGENT_MOVE_RESULTS: &[&str] = &["held", "restored"];
 /// The `controller` values of the reconcile metrics.
 pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
 
@@ -137,6 +139,13 @@ pub struct Metrics {
     pub deployment_surges: Family<ResultLabel, Counter>,
     /// Time from the Deployment interceptor's start to its surge pods being available.
     pub deployment_time_to_available: Histogram,
+    /// Static pod manifests the node agent moved, by result: `held`, `restored`.
+    pub node_agent_moves: Family<ResultLabel, Counter>,
+    /// Static pod manifests the node agent holds now.
+    pub node_agent_held: Gauge,
+    /// Held entries the node agent leaves to the administrator now (changed or removed by
+    /// someone else).
+    pub node_agent_conflicts: Gauge,
     /// DaemonSet pods the `daemonset.apps.k8s.io` interceptor handled, by result: `removed`,
     /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
     /// Drain targets it), `not_daemonset`.
@@ -179,6 +188,9 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            node_agent_moves: Family::default(),
+            node_agent_held: Gauge::default(),
+            node_agent_conflicts: Gauge::default(),
             daemonset_pods: Family::default(),
             registry: Registry::default(),
         };
@@ -285,6 +297,21 @@ impl Metrics {
             m.deployment_time_to_available.clone(),
         );
         r.register(
+            "evictord_node_agent_moves",
+            "Static pod manifests the node agent moved, by result (held, restored)",
+            m.node_agent_moves.clone(),
+        );
+        r.register(
+            "evictord_node_agent_held_manifests",
+            "Static pod manifests the node agent holds out of the kubelet's directory",
+            m.node_agent_held.clone(),
+        );
+        r.register(
+            "evictord_node_agent_conflicts",
+            "Held static pod manifests changed or removed by someone else, left to the administrator",
+            m.node_agent_conflicts.clone(),
+        );
+        r.register(
             "evictord_daemonset_interceptor_pods",
             "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
             m.daemonset_pods.clone(),
@@ -316,6 +343,9 @@ impl Metrics {
         }
         for &result in DAEMONSET_RESULTS {
             drop(self.daemonset_pods.get_or_create(&ResultLabel { result }));
+        }
+        for &result in NODE_AGENT_MOVE_RESULTS {
+            drop(self.node_agent_moves.get_or_create(&ResultLabel { result }));
         }
         for &controller in CONTROLLERS {
             let label = ControllerLabel { controller };

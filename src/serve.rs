@@ -94,7 +94,8 @@ async fn readyz(State(s): State<Arc<ProbeState>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics_text() -> impl IntoResponse {
+/// `/metrics`: every metric of the process in the OpenMetrics text format.
+pub async fn metrics_text() -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -195,7 +196,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

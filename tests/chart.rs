@@ -240,6 +240,8 @@ fn helm_template_default_and_full_values() {
         }
         let monitoring = kinds.contains(&"ServiceMonitor") && kinds.contains(&"PrometheusRule");
         assert_eq!(monitoring, values.is_some(), "monitoring objects");
+        // The node agent (off by default, on in full-values; tests/node_agent_chart.rs checks it).
+        assert_eq!(kinds.contains(&"DaemonSet"), values.is_some(), "node agent");
 
         let vwc = docs
             .iter()
@@ -288,7 +290,16 @@ fn helm_template_default_and_full_values() {
         assert_eq!(pdb["apiVersion"], pdb_version);
 
         // The pod must be able to delete pods (rules E8/U5 apply to evictord's own writes).
-        let cr = docs.iter().find(|d| kind(d) == "ClusterRole").unwrap();
+        // (evictord's own ClusterRole, not the node agent's.)
+        let cr = docs
+            .iter()
+            .find(|d| {
+                kind(d) == "ClusterRole"
+                    && !d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-node-agent"))
+            })
+            .unwrap();
         let pod_rule = cr["rules"]
             .as_sequence()
             .unwrap()

@@ -164,6 +164,13 @@ async fn reconcile_inner<I: Interceptor>(
     if status.is_terminal() || !status.active_interceptors.iter().any(|a| a == name) {
         return Ok(Action::await_change());
     }
+    // Completed: not asked again while the controller hands the request on (progress may act).
+    if status
+        .interceptor(name)
+        .is_some_and(|e| e.completion_time.is_some())
+    {
+        return Ok(Action::await_change());
+    }
     let ns = req.namespace().unwrap_or_default();
     let target = &req.spec.target.pod;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
