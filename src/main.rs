@@ -98,7 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(evictord::node_agent::agent::run(args))?;
+            runtime.block_on(evictord::node_agent::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -16,11 +16,13 @@
 //! - it keeps no state in memory: everything is read back from the request's status, so a
 //!   restarted process carries on where the last one stopped.
 //!
-//! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]) and
-//! `daemonset.apps.k8s.io` ([`daemonset`]) — are built on this SDK and on the Kubernetes API only.
+//! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]),
+//! `daemonset.apps.k8s.io` ([`daemonset`]) and `kubelet.k8s.io` ([`kubelet`], served by the node
+//! agent) — are built on this SDK and on the Kubernetes API only.
 
 pub mod daemonset;
 pub mod deployment;
+pub mod kubelet;
 mod progress;
 mod runner;
 

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evictord::node_agent::manifest::{content_hash, is_visible_to_kubelet, mirror_pod_name};
+use evictord::interceptor::kubelet::manifest::{
+    content_hash, is_visible_to_kubelet, mirror_pod_name,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};

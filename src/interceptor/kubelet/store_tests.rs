@@ -9,7 +9,7 @@ use std::path::Path;
 use jiff::Timestamp;
 
 use super::*;
-use crate::node_agent::held::{EntryAction, HeldPod, decide_entry};
+use crate::interceptor::kubelet::held::{EntryAction, HeldPod, decide_entry};
 
 const NODE: &str = "one";
 const ETCD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\n";

@@ -13,8 +13,8 @@ use crate::api::{
     DrainPlanEntry, NodeMaintenanceNodeStatus, NodeMaintenanceSpec, NodeMaintenanceStatus,
     NodeReference, Stage,
 };
-use crate::node_agent::held::{HeldEntry, ManifestFile};
-use crate::node_agent::manifest::StaticPodId;
+use crate::interceptor::kubelet::held::{HeldEntry, ManifestFile};
+use crate::interceptor::kubelet::manifest::StaticPodId;
 
 const NODE: &str = "One";
 

@@ -16,12 +16,12 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::interceptor::KubeletInterceptor;
-use super::report::Context;
-use super::store::Store;
-use super::{POLL, keeper};
 use crate::api::NodeMaintenance;
 use crate::cli::NodeAgentArgs;
+use crate::interceptor::kubelet::interceptor::KubeletInterceptor;
+use crate::interceptor::kubelet::report::Context;
+use crate::interceptor::kubelet::store::Store;
+use crate::interceptor::kubelet::{POLL, keeper};
 use crate::interceptor::{Runner, Settings};
 use crate::serve::{connect, metrics_text, wait_for_signal};
 

@@ -1,4 +1,5 @@
-//! `evictord node-agent`: the `kubelet.k8s.io` interceptor for the static pods of one node
+//! `kubelet.k8s.io`: the interceptor for the static pods of one node, served by `evictord
+//! node-agent` ([`crate::node_agent`])
 //! (SPEC 5.3; seed 001, "kubelet: Static Pods", NodeMaintenanceAwareKubelet).
 //!
 //! Run as a DaemonSet with the kubelet's static pod directory mounted, the agent announces
@@ -17,10 +18,9 @@
 //!
 //! The held directory is the only state: a restarted agent reads it and carries on. The
 //! decisions are pure ([`decide`], [`held`], [`manifest`]); the filesystem steps ([`store`])
-//! and the API calls ([`interceptor`], [`keeper`], [`agent`]) are thin shells. Built on the SDK,
+//! and the API calls ([`interceptor`], [`keeper`], [`crate::node_agent`]) are thin shells. Built on the SDK,
 //! the shared pure modules and the Kubernetes API only (convention 16).
 
-pub mod agent;
 pub mod decide;
 pub mod held;
 pub mod interceptor;
