@@ -143,6 +143,10 @@ pub struct ServeArgs {
     /// evicted) with the controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub deployment_interceptor: bool,
+    /// Run the `horizontalpodautoscaler.autoscaling.k8s.io` interceptor (raise an autoscaler's
+    /// `minReplicas` before the pods of its workload are evicted) with the controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub hpa_interceptor: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

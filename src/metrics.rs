@@ -115,6 +115,11 @@ pub struct Metrics {
     pub deployment_surges: Family<ResultLabel, Counter>,
     /// Time from the Deployment interceptor's start to its surge pods being available.
     pub deployment_time_to_available: Histogram,
+    /// Surges of the HorizontalPodAutoscaler interceptor by result: `started`, `finished`,
+    /// `undone`, `abandoned` (someone else changed the floor), `skipped` (no surge possible).
+    pub hpa_surges: Family<ResultLabel, Counter>,
+    /// Time from the HPA interceptor's start to the raised replicas being available.
+    pub hpa_time_to_available: Histogram,
     registry: Registry,
 }
 
@@ -153,6 +158,8 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            hpa_surges: Family::default(),
+            hpa_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -255,6 +262,16 @@ impl Metrics {
             "evictord_deployment_interceptor_time_to_available_seconds",
             "Time from the Deployment interceptor's start until its surge pods are available",
             m.deployment_time_to_available.clone(),
+        );
+        r.register(
+            "evictord_hpa_interceptor_surges",
+            "Surges of the horizontalpodautoscaler.autoscaling.k8s.io interceptor by result",
+            m.hpa_surges.clone(),
+        );
+        r.register(
+            "evictord_hpa_interceptor_time_to_available_seconds",
+            "Time from the HPA interceptor's start until the raised replicas are available",
+            m.hpa_time_to_available.clone(),
         );
         m
     }

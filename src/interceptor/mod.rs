@@ -17,9 +17,10 @@
 //!   restarted process carries on where the last one stopped.
 //!
 //! The shipped `deployment.apps.k8s.io` interceptor ([`deployment`]) is built on this SDK and on
-//! the Kubernetes API only.
+//! the Kubernetes API only, and so is `horizontalpodautoscaler.autoscaling.k8s.io` ([`hpa`]).
 
 pub mod deployment;
+pub mod hpa;
 mod progress;
 mod runner;
 
