@@ -111,6 +111,10 @@ pub struct PlannedPod {
     /// False for DaemonSet and static pods only the Eviction API would remove: they get a
     /// request but stay, and do not hold the drain up.
     pub evictable: bool,
+    /// The HorizontalPodAutoscaler whose floor is raised before the pod leaves, with its target
+    /// (`web-hpa (Deployment web)`; [`name_autoscalers`](super::autoscalers::name_autoscalers)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<String>,
 }
 
 /// The drain preview.
@@ -289,6 +293,7 @@ fn planned_pod(pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]) ->
         owner: owner_of(pod),
         interceptors: pod.interceptors(),
         evictable: drain.evictable,
+        autoscaler: None,
     }
 }
 

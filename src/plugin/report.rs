@@ -127,10 +127,15 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = if p.evictable {
-                String::new()
-            } else {
-                "not evictable by the API (DaemonSet/static): stays, does not hold the drain".into()
+            let note = match (&p.autoscaler, p.evictable) {
+                (_, false) => {
+                    "not evictable by the API (DaemonSet/static): stays, does not hold the drain"
+                        .into()
+                }
+                (Some(hpa), true) => {
+                    format!("HorizontalPodAutoscaler {hpa} gets a higher minReplicas first")
+                }
+                (None, true) => String::new(),
             };
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
