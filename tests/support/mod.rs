@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod control_plane;
 pub mod evictord;
 pub mod fixtures;
+pub mod hpa;
 pub mod interceptor;
 pub mod kubelet;
 pub mod plugin;
