@@ -3,9 +3,9 @@
 //! horizontal-pod-autoscaler controllers; the autoscaler enforces its limits without a metrics
 //! server): draining a node, by a NodeMaintenance or by a plain `kubectl drain` through the
 //! bridge, never lowers the available replicas of an autoscaled Deployment, and the autoscaler's
-//! limits are put back. An autoscaler at its ceiling; a user's floor wins; a canceled request
-//! puts the floor back; a StatefulSet; no surge when it cannot be done; `kubectl evictord plan`
-//! names the autoscaler.
+//! limits are put back. Pods of one workload surge together within its room; an autoscaler at
+//! its ceiling; a user's floor wins; a canceled request puts the floor back; a StatefulSet; no
+//! surge when it cannot be done; `kubectl evictord plan` names the autoscaler.
 
 mod support;
 
@@ -148,6 +148,26 @@ async fn kubectl_drain_through_the_bridge_keeps_the_autoscaled_deployment_availa
         min >= 1,
         "the Deployment had {min} available replicas during kubectl drain"
     );
+}
+
+/// Two pods of one Deployment (maxSurge 2) drained together surge together, within the room:
+/// the floor goes from 2 to 4 at once, never beyond.
+#[tokio::test]
+async fn pods_of_one_workload_surge_together_within_max_surge() {
+    let (client, ns) = setup("hpa-together").await;
+    let s = support::hpa::start_with_surge(client, &ns, 2, 2, 2, 6).await;
+    let sampler = s.sample();
+    // New pods stay unready: one pod at a time would hold the floor at 3.
+    s.kubelet.set_ready(false);
+    s.drain().await;
+    wait_limits(&s, 4, 6, true).await;
+    s.kubelet.set_ready(true);
+    s.wait_drained(Duration::from_secs(180)).await;
+    wait_moved_to(&s, &s.b.clone()).await;
+    wait_limits(&s, 2, 6, false).await;
+    let ((min, _), most) = sampler.stop_all().await;
+    assert!(min >= 2, "only {min} available replicas during the drain");
+    assert_eq!(most, 4, "never beyond maxSurge 2");
 }
 
 /// An autoscaler at its ceiling (min 1, max 1): both limits go up for the surge and back after

@@ -44,9 +44,21 @@ pub fn autoscaler(
     .expect("HorizontalPodAutoscaler")
 }
 
-/// The Deployment `web` of [`Scenario`] on node `a` with [`INTERCEPTORS`], scaled by the
-/// autoscaler [`AUTOSCALER`] between `min` and `max`.
+/// The Deployment `web` of [`Scenario`] (maxSurge 1) on node `a` with [`INTERCEPTORS`], scaled
+/// by the autoscaler [`AUTOSCALER`] between `min` and `max`.
 pub async fn start(client: Client, ns: &str, replicas: i32, min: i32, max: i32) -> Scenario {
+    start_with_surge(client, ns, replicas, 1, min, max).await
+}
+
+/// [`start`] with `maxSurge` `max_surge`.
+pub async fn start_with_surge(
+    client: Client,
+    ns: &str,
+    replicas: i32,
+    max_surge: i32,
+    min: i32,
+    max: i32,
+) -> Scenario {
     let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
     node(&a).label(POOL, &a).create(&client).await;
     node(&b).create(&client).await;
@@ -55,7 +67,7 @@ pub async fn start(client: Client, ns: &str, replicas: i32, min: i32, max: i32) 
     Api::<Deployment>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),
-            &deployment(&name, replicas, 1, 0, INTERCEPTORS),
+            &deployment(&name, replicas, max_surge, 0, INTERCEPTORS),
         )
         .await
         .expect("create Deployment");
