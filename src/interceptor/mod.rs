@@ -16,9 +16,11 @@
 //! - it keeps no state in memory: everything is read back from the request's status, so a
 //!   restarted process carries on where the last one stopped.
 //!
-//! The shipped `deployment.apps.k8s.io` interceptor ([`deployment`]) is built on this SDK and on
-//! the Kubernetes API only, and so is `horizontalpodautoscaler.autoscaling.k8s.io` ([`hpa`]).
+//! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]),
+//! `daemonset.apps.k8s.io` ([`daemonset`]) and `horizontalpodautoscaler.autoscaling.k8s.io`
+//! ([`hpa`]) — are built on this SDK and on the Kubernetes API only.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod hpa;
 mod progress;

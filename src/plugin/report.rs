@@ -127,15 +127,12 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = match (&p.autoscaler, p.evictable) {
-                (_, false) => {
-                    "not evictable by the API (DaemonSet/static): stays, does not hold the drain"
-                        .into()
-                }
-                (Some(hpa), true) => {
+            let note = match (&p.stays, &p.autoscaler) {
+                (Some(why), _) => format!("stays: {why}; does not hold the drain"),
+                (None, Some(hpa)) => {
                     format!("HorizontalPodAutoscaler {hpa} gets a higher minReplicas first")
                 }
-                (None, true) => String::new(),
+                (None, None) => String::new(),
             };
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
@@ -225,7 +222,7 @@ mod tests {
         let nodes = [node("n1"), node("n2")];
         let pods = [
             pod("web-1").label("app", "web").build(),
-            pod("db").daemonset().build(),
+            pod("db").mirror().build(),
         ];
         let other = maintenance_for(
             "other-nm",
@@ -274,7 +271,8 @@ mod tests {
         );
         let text = plan_text(&r);
         assert!(
-            text.contains("ns/web-1") && text.contains("not evictable by the API"),
+            text.contains("ns/web-1")
+                && text.contains("stays: static pod on a node without an evictord node agent"),
             "{text}"
         );
         assert!(text.contains("other-nm"), "{text}");
