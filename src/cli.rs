@@ -145,6 +145,10 @@ pub struct ServeArgs {
     /// evicted) with the controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub deployment_interceptor: bool,
+    /// Run the `horizontalpodautoscaler.autoscaling.k8s.io` interceptor (raise an autoscaler's
+    /// `minReplicas` before the pods of its workload are evicted) with the controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub hpa_interceptor: bool,
     /// Run the `daemonset.apps.k8s.io` interceptor with the controllers: a node maintenance in
     /// Drain removes DaemonSet pods in plan order and keeps them off the node (the
     /// `evictord.dev/maintenance` taint) until it completes. `=false`: DaemonSet pods stay, as

@@ -87,7 +87,8 @@ pub const EVICTION_API_OUTCOMES: &[&str] = &[
     "allowed_unknown",
     "error",
 ];
-/// The `result` values of `evictord_deployment_interceptor_surges`.
+/// The `result` values of `evictord_deployment_interceptor_surges` and
+/// `evictord_hpa_interceptor_surges`.
 pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned", "skipped"];
 /// The `result` values of `evictord_daemonset_interceptor_pods`.
 pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
@@ -146,6 +147,11 @@ pub struct Metrics {
     /// Held entries the node agent leaves to the administrator now (changed or removed by
     /// someone else).
     pub node_agent_conflicts: Gauge,
+    /// Surges of the HorizontalPodAutoscaler interceptor by result: `started`, `finished`,
+    /// `undone`, `abandoned` (someone else changed the floor), `skipped` (no surge possible).
+    pub hpa_surges: Family<ResultLabel, Counter>,
+    /// Time from the HPA interceptor's start to the raised replicas being available.
+    pub hpa_time_to_available: Histogram,
     /// DaemonSet pods the `daemonset.apps.k8s.io` interceptor handled, by result: `removed`,
     /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
     /// Drain targets it), `not_daemonset`.
@@ -191,6 +197,8 @@ impl Metrics {
             node_agent_moves: Family::default(),
             node_agent_held: Gauge::default(),
             node_agent_conflicts: Gauge::default(),
+            hpa_surges: Family::default(),
+            hpa_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             daemonset_pods: Family::default(),
             registry: Registry::default(),
         };
@@ -312,6 +320,16 @@ impl Metrics {
             m.node_agent_conflicts.clone(),
         );
         r.register(
+            "evictord_hpa_interceptor_surges",
+            "Surges of the horizontalpodautoscaler.autoscaling.k8s.io interceptor by result",
+            m.hpa_surges.clone(),
+        );
+        r.register(
+            "evictord_hpa_interceptor_time_to_available_seconds",
+            "Time from the HPA interceptor's start until the raised replicas are available",
+            m.hpa_time_to_available.clone(),
+        );
+        r.register(
             "evictord_daemonset_interceptor_pods",
             "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
             m.daemonset_pods.clone(),
@@ -340,6 +358,7 @@ impl Metrics {
                 self.deployment_surges
                     .get_or_create(&ResultLabel { result }),
             );
+            drop(self.hpa_surges.get_or_create(&ResultLabel { result }));
         }
         for &result in DAEMONSET_RESULTS {
             drop(self.daemonset_pods.get_or_create(&ResultLabel { result }));
@@ -407,6 +426,7 @@ mod tests {
             "evictionrequest_controller_imperative_evictions_total{result=\"too_many_requests\"} 0",
             "evictord_eviction_api_calls_total{outcome=\"intercepted\"} 0",
             "evictord_deployment_interceptor_surges_total{result=\"undone\"} 0",
+            "evictord_hpa_interceptor_surges_total{result=\"abandoned\"} 0",
             "evictord_daemonset_interceptor_pods_total{result=\"kept\"} 0",
             "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
             "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",

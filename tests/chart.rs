@@ -591,6 +591,7 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
     );
 
     surge_as_the_chart_account(&client, &test_ns).await;
+    hpa_surge_as_the_chart_account(&client, &test_ns).await;
 
     // SIGTERM: graceful stop, lease released.
     let status = e.stop().expect("exit status");
@@ -701,6 +702,114 @@ async fn surge_as_the_chart_account(client: &kube::Client, ns: &str) {
             let d = deployments.get("web").await.ok()?;
             let gone = pods.get_opt("web-1-a").await.ok()?.is_none();
             (gone && d.spec.replicas == Some(1)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The HorizontalPodAutoscaler interceptor's calls as the chart's ServiceAccount: pod →
+/// ReplicaSet → Deployment, the autoscalers' list, the Deployment and its scale subresource, the
+/// floor's patch, and the settler's watch and restoring patch. The test plays the deployment and
+/// horizontal-pod-autoscaler controllers (there is no kube-controller-manager in this binary).
+async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
+    use kube::ResourceExt;
+    use kube::api::{Patch, PatchParams};
+    const HPA: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = deployments
+        .create(
+            &PostParams::default(),
+            &support::fixtures::deployment("api", 1, 1, 0, &[HPA]),
+        )
+        .await
+        .expect("create Deployment");
+    let settled = |generation: i64, n: i32| {
+        json!({"status": {"observedGeneration": generation, "replicas": n, "updatedReplicas": n,
+            "availableReplicas": n, "readyReplicas": n}})
+    };
+    deployments
+        .patch_status(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(&settled(1, 1)),
+        )
+        .await
+        .expect("Deployment status");
+    let owner = |kind: &str, name: &str, uid: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "api-1", "ownerReferences": owner("Deployment", "api", d.metadata.uid.as_deref().unwrap())},
+        "spec": {"selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}},
+    }))
+    .unwrap();
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &rs)
+        .await
+        .expect("create ReplicaSet");
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "api-hpa"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                 "minReplicas": 1, "maxReplicas": 3},
+    }))
+    .unwrap();
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("create HorizontalPodAutoscaler");
+    let mut api_pod = pod("api-1-a")
+        .label("app", "api")
+        .interceptors(&[HPA])
+        .build();
+    api_pod.metadata.owner_references = serde_json::from_value(owner(
+        "ReplicaSet",
+        "api-1",
+        rs.metadata.uid.as_deref().unwrap(),
+    ))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let api_pod = pods.create(&PostParams::default(), &api_pod).await.unwrap();
+    let uid = api_pod.metadata.uid.clone().unwrap();
+    let ers: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "api-1-a", "uid": uid}}, "requesters": [{"name": "rbac.example.com"}]}
+    }))
+    .unwrap();
+    ers.create(&PostParams::default(), &er).await.unwrap();
+    until(T, "the autoscaler's floor raised to 2", || async {
+        let h = hpas.get("api-hpa").await.ok()?;
+        (h.spec.min_replicas == Some(2)).then_some(())
+    })
+    .await;
+    // The "autoscaler" scales the Deployment, the "deployment controller" makes it available.
+    let d = deployments
+        .patch(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    deployments
+        .patch_status(
+            "api",
+            &PatchParams::default(),
+            &Patch::Merge(&settled(d.metadata.generation.unwrap(), 2)),
+        )
+        .await
+        .unwrap();
+    until(
+        T,
+        "the pod evicted and the autoscaler's floor back at 1",
+        || async {
+            let h = hpas.get("api-hpa").await.ok()?;
+            let gone = pods.get_opt("api-1-a").await.ok()?.is_none();
+            let recorded = h.annotations().contains_key("evictord.dev/hpa-surge");
+            (gone && h.spec.min_replicas == Some(1) && !recorded).then_some(())
         },
     )
     .await;

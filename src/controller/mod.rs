@@ -152,6 +152,19 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             term.clone(),
         )));
     }
+    if args.hpa_interceptor {
+        let settings = crate::interceptor::Settings {
+            min_heartbeat_interval: args.rules.min_heartbeat_interval,
+            default_deadline: args.rules.interceptor_deadline,
+            ..Default::default()
+        };
+        info!("starting the horizontalpodautoscaler.autoscaling.k8s.io interceptor");
+        tasks.push(tokio::spawn(crate::interceptor::hpa::run(
+            client.clone(),
+            settings,
+            term.clone(),
+        )));
+    }
     for t in tasks {
         let _ = t.await;
     }

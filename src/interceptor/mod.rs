@@ -17,11 +17,13 @@
 //!   restarted process carries on where the last one stopped.
 //!
 //! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]),
-//! `daemonset.apps.k8s.io` ([`daemonset`]) and `kubelet.k8s.io` ([`kubelet`], served by the node
-//! agent) — are built on this SDK and on the Kubernetes API only.
+//! `daemonset.apps.k8s.io` ([`daemonset`]), `horizontalpodautoscaler.autoscaling.k8s.io`
+//! ([`hpa`]) and `kubelet.k8s.io` ([`kubelet`], served by the node agent) — are built on this
+//! SDK and on the Kubernetes API only.
 
 pub mod daemonset;
 pub mod deployment;
+pub mod hpa;
 pub mod kubelet;
 mod progress;
 mod runner;

@@ -2,6 +2,8 @@
 //! it has read, with no client and no terminal. The binary (`src/bin/kubectl-evictord`) reads the
 //! cluster, calls these functions and draws their result.
 //!
+//! - [`autoscalers`]: the HorizontalPodAutoscaler whose floor is raised before a planned pod
+//!   leaves, found with the HPA interceptor's own functions;
 //! - [`preview`]: the drain preview of `plan` (and the pods `drain` expects to evict), computed
 //!   with the controller's own gathering and [`plan_drain`](crate::drain::plan_drain), so the
 //!   order shown is the order in which the controller asks pods to leave;
@@ -13,6 +15,7 @@
 //! - [`status`]: the rows of the `status` tables;
 //! - [`errors`]: the plugin's errors, and how API failures read to a person.
 
+pub mod autoscalers;
 pub mod blockers;
 pub mod errors;
 pub mod preview;

@@ -117,6 +117,10 @@ pub struct PlannedPod {
     /// Why the pod stays, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stays: Option<String>,
+    /// The HorizontalPodAutoscaler whose floor is raised before the pod leaves, with its target
+    /// (`web-hpa (Deployment web)`; [`name_autoscalers`](super::autoscalers::name_autoscalers)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<String>,
 }
 
 /// The plugin cannot read evictord's flags: it assumes `daemonset.apps.k8s.io` runs, as it does
@@ -335,6 +339,7 @@ fn planned_pod(
         interceptors,
         leaves,
         stays: drain.stays.map(|s| s.reason().to_string()),
+        autoscaler: None,
     }
 }
 

@@ -127,9 +127,12 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = match &p.stays {
-                None => String::new(),
-                Some(why) => format!("stays: {why}; does not hold the drain"),
+            let note = match (&p.stays, &p.autoscaler) {
+                (Some(why), _) => format!("stays: {why}; does not hold the drain"),
+                (None, Some(hpa)) => {
+                    format!("HorizontalPodAutoscaler {hpa} gets a higher minReplicas first")
+                }
+                (None, None) => String::new(),
             };
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),

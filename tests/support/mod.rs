@@ -12,6 +12,7 @@ pub mod control_plane;
 pub mod daemonset;
 pub mod evictord;
 pub mod fixtures;
+pub mod hpa;
 pub mod interceptor;
 pub mod kubelet;
 pub mod node_agent;

@@ -9,6 +9,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use evictord::api::{NodeMaintenance, Stage};
+use evictord::plugin::autoscalers::name_autoscalers;
 use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error};
 use evictord::plugin::preview::{maintenance_for, maintenance_name, preview};
 use evictord::plugin::report::{plan_report, plan_text};
@@ -126,8 +127,11 @@ async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<
         None,
         Stage::Drain,
     );
-    let (p, ctx) = preview_of(client, &planned, &selected).await?;
+    let (mut p, ctx) = preview_of(client, &planned, &selected).await?;
     let budgets = read::budgets(client, &ctx.pods).await?;
+    let replicasets = read::replicaset_owners(client, &ctx.pods).await?;
+    let autoscalers = read::autoscalers(client, &ctx.pods).await?;
+    name_autoscalers(&mut p, &ctx.pods, &replicasets, &autoscalers);
     let report = plan_report(
         p,
         &selected,

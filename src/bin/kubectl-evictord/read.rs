@@ -3,12 +3,17 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use evictord::api::{EvictionRequest, NodeMaintenance};
 use evictord::cluster::CachedPod;
+use evictord::interceptor::hpa;
+use evictord::interceptor::hpa::record::AutoscalerFacts;
+use evictord::interceptor::hpa::target::controller_of;
+use evictord::plugin::autoscalers::{NamespacedAutoscaler, ReplicaSetOwner};
 use evictord::plugin::blockers::Budget;
 use evictord::plugin::errors::{Access, api_error};
 use evictord::plugin::{Error, Result};
@@ -152,6 +157,64 @@ pub async fn budgets(client: &Client, pods: &[CachedPod]) -> Result<Vec<Budget>>
             let v = serde_json::to_value(&pdb).unwrap_or_default();
             out.push(Budget::from_json(ns, &v));
         }
+    }
+    Ok(out)
+}
+
+/// The namespaces of the pods that declare the HPA interceptor: only there does `plan` look for
+/// ReplicaSets and HorizontalPodAutoscalers.
+fn autoscaled_namespaces(pods: &[CachedPod]) -> BTreeSet<&str> {
+    pods.iter()
+        .filter(|p| p.interceptors().iter().any(|i| i == hpa::NAME))
+        .map(|p| p.namespace())
+        .collect()
+}
+
+/// The controllers of the ReplicaSets in the namespaces of pods that declare the HPA interceptor.
+pub async fn replicaset_owners(
+    client: &Client,
+    pods: &[CachedPod],
+) -> Result<Vec<ReplicaSetOwner>> {
+    let mut out = Vec::new();
+    for ns in autoscaled_namespaces(pods) {
+        let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error(Access::new("list", "replicasets.apps").in_namespace(ns), e))?;
+        out.extend(list.items.into_iter().map(|rs| ReplicaSetOwner {
+            namespace: ns.to_string(),
+            owner: controller_of(rs.metadata.owner_references.as_ref()).cloned(),
+            name: rs.metadata.name.unwrap_or_default(),
+        }));
+    }
+    Ok(out)
+}
+
+/// The HorizontalPodAutoscalers (in the `autoscaling` version the interceptor would use) of the
+/// namespaces of pods that declare the HPA interceptor.
+pub async fn autoscalers(client: &Client, pods: &[CachedPod]) -> Result<Vec<NamespacedAutoscaler>> {
+    let namespaces = autoscaled_namespaces(pods);
+    if namespaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(version) = hpa::discover_version(client).await else {
+        return Ok(Vec::new());
+    };
+    let resource = hpa::discovery::autoscaler_resource(version);
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let list = api.list(&ListParams::default()).await.map_err(|e| {
+            api_error(
+                Access::new("list", "horizontalpodautoscalers.autoscaling").in_namespace(ns),
+                e,
+            )
+        })?;
+        out.extend(list.items.iter().map(|h| NamespacedAutoscaler {
+            namespace: ns.to_string(),
+            autoscaler: AutoscalerFacts::read(h).autoscaler,
+        }));
     }
     Ok(out)
 }

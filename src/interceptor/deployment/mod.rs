@@ -23,6 +23,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 pub use interceptor::DeploymentInterceptor;
+pub(crate) use settler::fate;
 
 use crate::interceptor::{Runner, Settings};
 

@@ -53,7 +53,9 @@ fn error_policy(_d: Arc<Deployment>, error: &Error, _ctx: Arc<Context>) -> Actio
     }
 }
 
-async fn fate(client: &Client, ns: &str, p: &SurgedPod) -> Result<Fate, Error> {
+/// What became of pod `p` of namespace `ns` a surge covers (shared with the HPA interceptor's
+/// settler).
+pub(crate) async fn fate(client: &Client, ns: &str, p: &SurgedPod) -> Result<Fate, Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = pods
         .get_opt(&p.name)

@@ -1,0 +1,308 @@
+//! The HPA interceptor's decisions, pure: what to do for a pod whose EvictionRequest has made it
+//! active ([`on_activation`]), and how to bring an autoscaler back once the pods its surge covers
+//! are gone or their requests ended ([`settle`]). A user's change of the limits is found by
+//! [`taken_over`] in both.
+
+use super::record::{AutoscalerFacts, HpaSurgeRecord, Limits};
+use super::workload::WorkloadFacts;
+use crate::interceptor::deployment::decide::Fate;
+use crate::interceptor::deployment::surge::{Strategy, SurgedPod};
+
+/// One write of an autoscaler: its limits `from` → `to` and the record (`None`: removed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// The limits read (tested by the patch).
+    pub from: Limits,
+    /// The limits to write.
+    pub to: Limits,
+    /// The record to write; `None` removes it.
+    pub record: Option<HpaSurgeRecord>,
+}
+
+/// What the interceptor does for one active request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// No surge: complete at once, saying why (the next interceptor decides).
+    Skip(String),
+    /// Record the pod in the surge and raise the limits (one patch).
+    Join(Write),
+    /// In progress: raised, or waiting for a place in the surge.
+    Wait(String),
+    /// The workload has the replicas the surge wants available: complete, the pod may go.
+    Ready(String),
+    /// Someone else changed `spec.minReplicas` during the surge: their floor wins. Write the
+    /// abandoned record (and the ceiling back where only the surge raised it), complete saying so.
+    Abandon {
+        /// The write.
+        write: Write,
+        /// Why.
+        message: String,
+    },
+    /// Someone else changed only `spec.maxReplicas`: their ceiling is the one to keep. Write the
+    /// record with it, and look again.
+    Adopt {
+        /// The write.
+        write: Write,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Which limit someone else changed during a surge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// `spec.minReplicas`: the surge is abandoned.
+    Floor,
+    /// Only `spec.maxReplicas`: the surge goes on under their ceiling.
+    Ceiling,
+}
+
+/// When the limits `now` are not those record `r` expects, someone else changed them: the
+/// record after their change (their values become the ones to keep), the limits to write, and
+/// which limit they took. Their floor ends the surge (every covered pod is abandoned; a ceiling
+/// only the surge raised goes back, never below their floor); their ceiling alone replaces the
+/// one to restore and the surge goes on (the API keeps a ceiling at or above the floor).
+pub fn taken_over(now: Limits, r: &HpaSurgeRecord) -> Option<(HpaSurgeRecord, Limits, Taken)> {
+    let expected = r.expected();
+    if now.min != expected.min {
+        let max = if now.max == expected.max {
+            r.before.max.max(now.min)
+        } else {
+            now.max
+        };
+        let mut abandoned = r.abandoned.clone();
+        abandoned.extend(r.pods.iter().cloned());
+        let before = Limits { min: now.min, max };
+        let next = HpaSurgeRecord {
+            before,
+            base: r.base,
+            pods: Vec::new(),
+            abandoned,
+        };
+        return Some((next, before, Taken::Floor));
+    }
+    if now.max != expected.max {
+        let next = HpaSurgeRecord {
+            before: Limits {
+                min: r.before.min,
+                max: now.max,
+            },
+            ..r.clone()
+        };
+        return Some((next, now, Taken::Ceiling));
+    }
+    None
+}
+
+fn stored(r: HpaSurgeRecord) -> Option<HpaSurgeRecord> {
+    (!r.is_empty()).then_some(r)
+}
+
+/// Why the workload cannot surge now, if it cannot (the message completes the request).
+/// `own_surge`: the record already covers pods (the autoscaler's own scaling bumped the
+/// Deployment's generation, which is no rollout).
+fn ineligible(
+    h: &AutoscalerFacts,
+    w: &WorkloadFacts,
+    own_surge: bool,
+    base: i32,
+) -> Option<String> {
+    let name = &h.autoscaler.name;
+    let workload = &w.workload;
+    let why = if w.replicas == 0 {
+        format!("{workload} is scaled to zero: HorizontalPodAutoscaler {name} is off")
+    } else if let Some(d) = &w.deployment {
+        let f = &d.facts;
+        let (max_surge, max_unavailable) = d.surge_at(base);
+        if f.paused {
+            format!("{workload} is paused")
+        } else if f.strategy == Strategy::Recreate {
+            format!("{workload} uses the Recreate strategy, which never runs extra pods")
+        } else if f.updated_replicas < f.status_replicas
+            || (!own_surge && f.observed_generation < f.generation)
+        {
+            format!("a rollout of {workload} is in progress")
+        } else if max_surge == 0 {
+            format!(
+                "{workload} has maxSurge 0 (maxUnavailable {max_unavailable}): it accepts unavailable pods instead of extra ones"
+            )
+        } else {
+            return None;
+        }
+    } else {
+        return None;
+    };
+    Some(format!("no surge: {why}"))
+}
+
+/// How many pods of the workload may surge together: a Deployment's `maxSurge` at `base`
+/// replicas, one at a time for any other workload (it declares no surge room).
+fn room(w: &WorkloadFacts, base: i32) -> i32 {
+    w.deployment.as_ref().map_or(1, |d| d.surge_at(base).0)
+}
+
+/// The step for pod `pod`, whose request made this interceptor active; `h` is the autoscaler
+/// of its workload `w`.
+pub fn on_activation(h: &AutoscalerFacts, w: &WorkloadFacts, pod: &SurgedPod) -> Step {
+    let name = &h.autoscaler.name;
+    let workload = &w.workload;
+    let record = match &h.record {
+        Ok(r) => r.clone(),
+        Err(e) => {
+            return Step::Skip(format!(
+                "no surge: the annotation {} of HorizontalPodAutoscaler {name} is unreadable ({e}); remove it",
+                super::RECORD_ANNOTATION
+            ));
+        }
+    };
+    if let Some(r) = &record
+        && let Some((next, to, taken)) = taken_over(h.limits, r)
+    {
+        let write = Write {
+            from: h.limits,
+            to,
+            record: stored(next),
+        };
+        return match taken {
+            Taken::Floor => Step::Abandon {
+                write,
+                message: format!(
+                    "no surge: minReplicas of HorizontalPodAutoscaler {name} was changed to {} by someone else \
+                     during a surge (expected {}); their value stays",
+                    h.limits.min,
+                    r.expected().min
+                ),
+            },
+            Taken::Ceiling => Step::Adopt {
+                write,
+                message: format!(
+                    "maxReplicas of HorizontalPodAutoscaler {name} was changed to {} by someone else during a \
+                     surge; their value stays",
+                    h.limits.max
+                ),
+            },
+        };
+    }
+    if record.as_ref().is_some_and(|r| r.abandoned(&pod.uid)) {
+        return Step::Skip(format!(
+            "no surge: minReplicas of HorizontalPodAutoscaler {name} was changed to {} by someone else during \
+             the surge for this pod; their value stays",
+            h.limits.min
+        ));
+    }
+    match record {
+        Some(r) if r.covers(&pod.uid) => {
+            let want = r.want();
+            let raised = format!(
+                "raised minReplicas of HorizontalPodAutoscaler {name} from {} to {}",
+                r.before.min,
+                r.expected().min
+            );
+            if w.caught_up && w.replicas >= want && w.available >= want {
+                Step::Ready(format!(
+                    "{raised}; {workload} has {} available replicas (wanted {want}): the pod may go",
+                    w.available
+                ))
+            } else {
+                Step::Wait(format!(
+                    "{raised}; waiting until {workload} has {want} available replicas (now {} of {})",
+                    w.available, w.replicas
+                ))
+            }
+        }
+        record => {
+            let own_surge = record.as_ref().is_some_and(|r| !r.pods.is_empty());
+            let mut r = match record {
+                Some(r) if own_surge => r,
+                other => HpaSurgeRecord {
+                    abandoned: other.map(|r| r.abandoned).unwrap_or_default(),
+                    ..HpaSurgeRecord::start(h.limits, w.replicas)
+                },
+            };
+            if let Some(why) = ineligible(h, w, own_surge, r.base) {
+                return Step::Skip(why);
+            }
+            let room = room(w, r.base);
+            let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);
+            if in_use >= room {
+                return Step::Wait(format!(
+                    "waiting for room to surge {workload} through HorizontalPodAutoscaler {name}: {in_use} of {room} \
+                     in use by other pods"
+                ));
+            }
+            r.pods.push(pod.clone());
+            Step::Join(Write {
+                from: h.limits,
+                to: r.expected(),
+                record: Some(r),
+            })
+        }
+    }
+}
+
+/// How to bring an autoscaler back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// The write.
+    pub write: Write,
+    /// Pods whose surge finished (gone).
+    pub finished: usize,
+    /// Pods whose surge was undone (request canceled or deleted, pod kept).
+    pub undone: usize,
+    /// Someone else changed a limit (the covered pods were abandoned for the floor).
+    pub taken: Option<Taken>,
+}
+
+/// The settling write for an autoscaler with facts `h`, given the fate of each covered or
+/// abandoned pod; `None` when nothing is to be done.
+pub fn settle(h: &AutoscalerFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle> {
+    let r = h.record.as_ref().ok()?.as_ref()?;
+    if let Some((next, to, taken)) = taken_over(h.limits, r) {
+        return Some(Settle {
+            write: Write {
+                from: h.limits,
+                to,
+                record: stored(next),
+            },
+            finished: 0,
+            undone: 0,
+            taken: Some(taken),
+        });
+    }
+    let fate_of = |p: &SurgedPod| {
+        fates
+            .iter()
+            .find(|(q, _)| q.uid == p.uid)
+            .map_or(Fate::Pending, |(_, fate)| *fate)
+    };
+    let count = |fate: Fate| r.pods.iter().filter(|p| fate_of(p) == fate).count();
+    let pending = |list: &[SurgedPod]| -> Vec<SurgedPod> {
+        list.iter()
+            .filter(|p| fate_of(p) == Fate::Pending)
+            .cloned()
+            .collect()
+    };
+    let next = HpaSurgeRecord {
+        before: r.before,
+        base: r.base,
+        pods: pending(&r.pods),
+        abandoned: pending(&r.abandoned),
+    };
+    if next == *r {
+        return None;
+    }
+    Some(Settle {
+        write: Write {
+            from: h.limits,
+            to: next.expected(),
+            record: stored(next),
+        },
+        finished: count(Fate::Gone),
+        undone: count(Fate::Kept),
+        taken: None,
+    })
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,278 @@
+//! Table tests of the HPA interceptor's decisions: a row per rule.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rstest::rstest;
+
+use super::*;
+use crate::interceptor::deployment::surge::DeploymentFacts;
+use crate::interceptor::hpa::target::{Autoscaler, Workload};
+use crate::interceptor::hpa::workload::DeploymentPart;
+
+fn pod(uid: &str) -> SurgedPod {
+    SurgedPod {
+        name: format!("pod-{uid}"),
+        uid: uid.into(),
+    }
+}
+
+fn limits(min: i32, max: i32) -> Limits {
+    Limits { min, max }
+}
+
+/// A record over `before` from `base` replicas covering `uids`.
+fn record(before: Limits, base: i32, uids: &[&str]) -> HpaSurgeRecord {
+    HpaSurgeRecord {
+        before,
+        base,
+        pods: uids.iter().map(|u| pod(u)).collect(),
+        abandoned: Vec::new(),
+    }
+}
+
+fn abandoned(before: Limits, uids: &[&str]) -> HpaSurgeRecord {
+    HpaSurgeRecord {
+        abandoned: uids.iter().map(|u| pod(u)).collect(),
+        ..record(before, 1, &[])
+    }
+}
+
+fn deployment() -> Workload {
+    Workload {
+        api_version: Some("apps/v1".into()),
+        kind: "Deployment".into(),
+        name: "web".into(),
+    }
+}
+
+/// The autoscaler `h` at `now`, with `record`.
+fn hpa(now: Limits, record: Option<HpaSurgeRecord>) -> AutoscalerFacts {
+    AutoscalerFacts {
+        autoscaler: Autoscaler {
+            name: "h".into(),
+            target: deployment(),
+        },
+        limits: now,
+        record: Ok(record),
+    }
+}
+
+/// The autoscaler after the surge of `r` was written.
+fn surged(r: HpaSurgeRecord) -> AutoscalerFacts {
+    hpa(r.expected(), Some(r))
+}
+
+/// A settled RollingUpdate Deployment of `replicas`, all available, maxSurge 1, maxUnavailable 0.
+fn web(replicas: i32) -> WorkloadFacts {
+    WorkloadFacts {
+        workload: deployment(),
+        replicas,
+        available: replicas,
+        caught_up: true,
+        deployment: Some(DeploymentPart {
+            facts: DeploymentFacts {
+                replicas,
+                paused: false,
+                strategy: Strategy::RollingUpdate,
+                max_surge: 1,
+                max_unavailable: 0,
+                generation: 4,
+                observed_generation: 4,
+                status_replicas: replicas,
+                updated_replicas: replicas,
+                available_replicas: replicas,
+                hpa: None,
+                record: Ok(None),
+            },
+            max_surge: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::Int(0)),
+        }),
+    }
+}
+
+fn with_facts(mut w: WorkloadFacts, change: impl FnOnce(&mut DeploymentFacts)) -> WorkloadFacts {
+    if let Some(d) = &mut w.deployment {
+        change(&mut d.facts);
+    }
+    w
+}
+
+fn with_surge(mut w: WorkloadFacts, surge: IntOrString, unavailable: IntOrString) -> WorkloadFacts {
+    if let Some(d) = &mut w.deployment {
+        d.max_surge = Some(surge);
+        d.max_unavailable = Some(unavailable);
+    }
+    w
+}
+
+/// Any other workload (a StatefulSet): no surge settings of its own.
+fn statefulset(replicas: i32, available: i32) -> WorkloadFacts {
+    WorkloadFacts {
+        workload: Workload {
+            api_version: Some("apps/v1".into()),
+            kind: "StatefulSet".into(),
+            name: "db".into(),
+        },
+        replicas,
+        available,
+        caught_up: true,
+        deployment: None,
+    }
+}
+
+fn available(mut w: WorkloadFacts, replicas: i32, available: i32) -> WorkloadFacts {
+    w.replicas = replicas;
+    w.available = available;
+    w
+}
+
+fn kind(step: &Step) -> &'static str {
+    match step {
+        Step::Skip(_) => "skip",
+        Step::Join(_) => "join",
+        Step::Wait(_) => "wait",
+        Step::Ready(_) => "ready",
+        Step::Abandon { .. } => "abandon",
+        Step::Adopt { .. } => "adopt",
+    }
+}
+
+#[rstest]
+#[case::paused(hpa(limits(1, 3), None), with_facts(web(1), |f| f.paused = true), "skip", "Deployment web is paused")]
+#[case::recreate(hpa(limits(1, 3), None), with_facts(web(1), |f| f.strategy = Strategy::Recreate), "skip", "Recreate")]
+#[case::rollout_old_pods(hpa(limits(1, 3), None), with_facts(web(2), |f| f.updated_replicas = 1), "skip", "rollout of Deployment web")]
+#[case::rollout_not_observed(hpa(limits(1, 3), None), with_facts(web(1), |f| f.observed_generation = 3), "skip", "rollout")]
+#[case::max_surge_zero(
+    hpa(limits(1, 3), None),
+    with_surge(web(3), IntOrString::Int(0), IntOrString::Int(1)),
+    "skip",
+    "maxSurge 0"
+)]
+#[case::scaled_to_zero(hpa(limits(1, 3), None), web(0), "skip", "scaled to zero")]
+#[case::bad_annotation(AutoscalerFacts { record: Err("x".into()), ..hpa(limits(1, 3), None) }, web(1), "skip", "unreadable")]
+#[case::first_pod_joins(hpa(limits(1, 3), None), web(1), "join", "")]
+#[case::no_room(surged(record(limits(1, 5), 3, &["a"])), web(4), "wait", "1 of 1 in use")]
+#[case::room_for_second(surged(record(limits(1, 5), 3, &["a"])), with_surge(web(4), IntOrString::Int(2), IntOrString::Int(0)), "join", "")]
+// Room is a Deployment's maxSurge at the base, not at the surged size: 25% of 4 is 1, of 5 is 2.
+#[case::room_at_the_base(surged(record(limits(1, 8), 4, &["a"])), with_surge(web(5), IntOrString::String("25%".into()), IntOrString::Int(0)), "wait", "1 of 1 in use")]
+// The autoscaler scaling the Deployment for the surge bumped its generation: not a rollout.
+#[case::own_surge_not_a_rollout(surged(record(limits(1, 5), 3, &["a"])), with_facts(with_surge(web(4), IntOrString::Int(2), IntOrString::Int(0)), |f| f.observed_generation = 3), "join", "")]
+// Any other workload surges one pod at a time.
+#[case::other_workload_joins(hpa(limits(1, 3), None), statefulset(1, 1), "join", "")]
+#[case::other_workload_one_at_a_time(surged(record(limits(1, 3), 1, &["a"])), statefulset(2, 2), "wait", "1 of 1 in use")]
+#[case::covered_waiting_for_the_autoscaler(surged(record(limits(1, 3), 1, &["p"])), web(1), "wait", "waiting until Deployment web has 2 available replicas (now 1 of 1)")]
+#[case::covered_waiting_for_pods(surged(record(limits(1, 3), 1, &["p"])), available(web(2), 2, 1), "wait", "(now 1 of 2)")]
+#[case::covered_not_observed(surged(record(limits(1, 3), 1, &["p"])), WorkloadFacts { caught_up: false, ..web(2) }, "wait", "")]
+#[case::covered_ready(surged(record(limits(1, 3), 1, &["p"])), web(2), "ready", "raised minReplicas of HorizontalPodAutoscaler h from 1 to 2; Deployment web has 2 available replicas")]
+#[case::covered_ready_statefulset(surged(record(limits(1, 3), 1, &["p"])), statefulset(2, 2), "ready", "the pod may go")]
+#[case::floor_taken(hpa(limits(4, 4), Some(record(limits(1, 3), 1, &["p"]))), web(2), "abandon", "changed to 4 by someone else during a surge (expected 2)")]
+#[case::ceiling_taken(hpa(limits(2, 9), Some(record(limits(1, 3), 1, &["p"]))), web(2), "adopt", "maxReplicas of HorizontalPodAutoscaler h was changed to 9")]
+// A pod whose surge was abandoned is not surged again; others surge from the user's floor.
+#[case::abandoned_pod(hpa(limits(4, 4), Some(abandoned(limits(4, 4), &["p"]))), web(4), "skip", "changed to 4 by someone else during the surge for this pod")]
+#[case::after_abandon_others_join(hpa(limits(4, 6), Some(abandoned(limits(4, 6), &["a"]))), web(4), "join", "")]
+fn activation_rows(
+    #[case] h: AutoscalerFacts,
+    #[case] w: WorkloadFacts,
+    #[case] expected: &str,
+    #[case] text: &str,
+) {
+    let step = on_activation(&h, &w, &pod("p"));
+    assert_eq!(kind(&step), expected, "{step:?}");
+    let message = match &step {
+        Step::Skip(m) | Step::Wait(m) | Step::Ready(m) => m.clone(),
+        Step::Abandon { message, .. } | Step::Adopt { message, .. } => message.clone(),
+        Step::Join(_) => String::new(),
+    };
+    assert!(message.contains(text), "{message:?} lacks {text:?}");
+}
+
+#[rstest]
+// One pod of a 1-replica Deployment: the floor goes to 2.
+#[case::floor(hpa(limits(1, 3), None), web(1), record(limits(1, 3), 1, &["p"]), limits(2, 3))]
+// At the ceiling: it goes up with the floor.
+#[case::at_the_ceiling(hpa(limits(1, 1), None), web(1), record(limits(1, 1), 1, &["p"]), limits(2, 2))]
+// Scaled above the floor by load: the floor goes one above the replicas.
+#[case::above_the_floor(hpa(limits(2, 10), None), web(5), record(limits(2, 10), 5, &["p"]), limits(6, 10))]
+// A second pod within maxSurge 2 keeps the base.
+#[case::second(surged(record(limits(1, 5), 3, &["a"])), with_surge(web(4), IntOrString::Int(2), IntOrString::Int(0)), record(limits(1, 5), 3, &["a", "p"]), limits(5, 5))]
+// After an abandoned surge: from the user's floor, the abandoned pod kept in the record.
+#[case::after_abandon(hpa(limits(4, 6), Some(abandoned(limits(4, 6), &["a"]))), web(4), HpaSurgeRecord { abandoned: vec![pod("a")], ..record(limits(4, 6), 4, &["p"]) }, limits(5, 6))]
+fn joins(
+    #[case] h: AutoscalerFacts,
+    #[case] w: WorkloadFacts,
+    #[case] r: HpaSurgeRecord,
+    #[case] to: Limits,
+) {
+    assert_eq!(
+        on_activation(&h, &w, &pod("p")),
+        Step::Join(Write {
+            from: h.limits,
+            to,
+            record: Some(r)
+        })
+    );
+}
+
+#[rstest]
+// The user's floor stays; the ceiling only the surge raised goes back, never below their floor.
+#[case::floor_ceiling_back_to_their_floor(limits(1, 3), 3, &["p", "q"], limits(4, 5), limits(4, 4), limits(4, 4))]
+#[case::floor_ceiling_back(limits(1, 1), 1, &["p"], limits(1, 2), limits(1, 1), limits(1, 1))]
+#[case::floor_and_ceiling_theirs(limits(1, 1), 1, &["p"], limits(5, 7), limits(5, 7), limits(5, 7))]
+// Only their ceiling: it becomes the one to keep; the floor stays raised.
+#[case::ceiling_only(limits(1, 3), 1, &["p"], limits(2, 9), limits(1, 9), limits(2, 9))]
+#[case::no_change(limits(1, 3), 1, &["p"], limits(2, 3), limits(0, 0), limits(0, 0))]
+fn user_changes(
+    #[case] before: Limits,
+    #[case] base: i32,
+    #[case] pods: &[&str],
+    #[case] now: Limits,
+    #[case] kept: Limits,
+    #[case] written: Limits,
+) {
+    let r = record(before, base, pods);
+    match taken_over(now, &r) {
+        None => assert_eq!(kept, limits(0, 0), "a change was expected"),
+        Some((next, to, taken)) => {
+            assert_eq!((next.before, to), (kept, written));
+            if taken == Taken::Floor {
+                assert!(next.pods.is_empty() && next.abandoned.len() == pods.len());
+            } else {
+                assert_eq!(next.pods.len(), pods.len());
+            }
+        }
+    }
+}
+
+fn settled(write: Write, finished: usize, undone: usize, taken: Option<Taken>) -> Option<Settle> {
+    Some(Settle {
+        write,
+        finished,
+        undone,
+        taken,
+    })
+}
+
+fn w(from: Limits, to: Limits, record: Option<HpaSurgeRecord>) -> Write {
+    Write { from, to, record }
+}
+
+#[rstest]
+#[case::nothing_recorded(hpa(limits(1, 3), None), vec![], None)]
+#[case::pending(surged(record(limits(1, 3), 1, &["a"])), vec![("a", Fate::Pending)], None)]
+#[case::gone_restores(surged(record(limits(1, 3), 1, &["a"])), vec![("a", Fate::Gone)], settled(w(limits(2, 3), limits(1, 3), None), 1, 0, None))]
+#[case::gone_restores_the_ceiling(surged(record(limits(1, 1), 1, &["a"])), vec![("a", Fate::Gone)], settled(w(limits(2, 2), limits(1, 1), None), 1, 0, None))]
+#[case::canceled_undoes(surged(record(limits(1, 3), 1, &["a"])), vec![("a", Fate::Kept)], settled(w(limits(2, 3), limits(1, 3), None), 0, 1, None))]
+#[case::one_of_two_gone(surged(record(limits(1, 5), 3, &["a", "b"])), vec![("a", Fate::Gone), ("b", Fate::Pending)], settled(w(limits(5, 5), limits(4, 5), Some(record(limits(1, 5), 3, &["b"]))), 1, 0, None))]
+// Someone else set the floor: drop the surge, keep their floor, put back the ceiling it raised.
+#[case::floor_taken(hpa(limits(1, 2), Some(record(limits(1, 1), 1, &["a"]))), vec![("a", Fate::Pending)], settled(w(limits(1, 2), limits(1, 1), Some(abandoned(limits(1, 1), &["a"]))), 0, 0, Some(Taken::Floor)))]
+#[case::ceiling_taken(hpa(limits(2, 9), Some(record(limits(1, 3), 1, &["a"]))), vec![("a", Fate::Pending)], settled(w(limits(2, 9), limits(2, 9), Some(record(limits(1, 9), 1, &["a"]))), 0, 0, Some(Taken::Ceiling)))]
+// Abandoned pods are forgotten once gone, without touching the limits.
+#[case::abandoned_pending(hpa(limits(4, 4), Some(abandoned(limits(4, 4), &["a"]))), vec![("a", Fate::Pending)], None)]
+#[case::abandoned_gone(hpa(limits(4, 4), Some(abandoned(limits(4, 4), &["a"]))), vec![("a", Fate::Gone)], settled(w(limits(4, 4), limits(4, 4), None), 0, 0, None))]
+fn settle_rows(
+    #[case] h: AutoscalerFacts,
+    #[case] fates: Vec<(&str, Fate)>,
+    #[case] expected: Option<Settle>,
+) {
+    let fates: Vec<(SurgedPod, Fate)> = fates.into_iter().map(|(u, f)| (pod(u), f)).collect();
+    assert_eq!(settle(&h, &fates), expected);
+}
