@@ -58,6 +58,14 @@ pub struct ProcessedLabels {
     pub reason: &'static str,
 }
 
+/// Label `source` of the unregistered interceptor counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// `pod_admission` (rule P8 warned) or `activation` (an unregistered interceptor became
+    /// active).
+    pub source: &'static str,
+}
+
 /// Label `requester`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequesterLabel {
@@ -119,6 +127,8 @@ pub struct Metrics {
     /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
     /// Drain targets it), `not_daemonset`.
     pub daemonset_pods: Family<ResultLabel, Counter>,
+    /// Unregistered interceptors met (SPEC 5.5), by source: `pod_admission`, `activation`.
+    pub unregistered_interceptors: Family<SourceLabel, Counter>,
     registry: Registry,
 }
 
@@ -158,6 +168,7 @@ impl Metrics {
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             daemonset_pods: Family::default(),
+            unregistered_interceptors: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut m.registry;
@@ -265,6 +276,11 @@ impl Metrics {
             "evictord_daemonset_interceptor_pods",
             "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
             m.daemonset_pods.clone(),
+        );
+        r.register(
+            "evictord_unregistered_interceptors",
+            "Interceptors no EvictionInterceptor registers, met at pod admission (rule P8) or on activation",
+            m.unregistered_interceptors.clone(),
         );
         m
     }
