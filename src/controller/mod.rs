@@ -121,6 +121,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             caches: caches.clone(),
             recorder: Recorder::new(client.clone(), reporter("evictord")),
             daemonset_interceptor: args.daemonset_interceptor,
+            interceptor_registration: args.rules.interceptor_registration,
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

@@ -14,7 +14,9 @@
 //!   the active interceptor and replaces only the interceptor's own entry, so it passes the
 //!   webhook's rules S2–S4 and never clobbers a concurrent write (a conflict is retried);
 //! - it keeps no state in memory: everything is read back from the request's status, so a
-//!   restarted process carries on where the last one stopped.
+//!   restarted process carries on where the last one stopped;
+//! - it registers the interceptor ([`registration`], SPEC 5.5): creates its `EvictionInterceptor`
+//!   when none exists and renews the object's status heartbeat while it runs.
 //!
 //! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]) and
 //! `daemonset.apps.k8s.io` ([`daemonset`]) — are built on this SDK and on the Kubernetes API only.
@@ -22,6 +24,7 @@
 pub mod daemonset;
 pub mod deployment;
 mod progress;
+pub mod registration;
 mod runner;
 
 pub use progress::{

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::admission::node_maintenance::canonical_drain_plan;
 use crate::api::{
     DrainPlanEntry, EvictionRequest, NodeMaintenance, NodeMaintenanceSpec, NodeMaintenanceStatus,
-    PodType, Stage,
+    PodType, Registration, Stage,
 };
 use crate::cluster::CachedPod;
 use crate::controller::eviction_request::{implicit_interceptors, target_interceptors};
@@ -117,6 +117,11 @@ pub struct PlannedPod {
     /// Why the pod stays, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stays: Option<String>,
+    /// Its interceptors that no `EvictionInterceptor` registers (SPEC 5.5): each may hold the
+    /// pod up to its heartbeat deadline (or the grace, under `enforce`). See
+    /// [`Preview::mark_unregistered`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unregistered: Vec<String>,
 }
 
 /// The plugin cannot read evictord's flags: it assumes `daemonset.apps.k8s.io` runs, as it does
@@ -134,6 +139,18 @@ pub struct Preview {
 }
 
 impl Preview {
+    /// Names, on each pod, the interceptors `registration` says no EvictionInterceptor registers.
+    pub fn mark_unregistered(&mut self, registration: impl Fn(&str) -> Registration) {
+        for p in &mut self.pods {
+            p.unregistered = p
+                .interceptors
+                .iter()
+                .filter(|n| registration(n) == Registration::NotRegistered)
+                .cloned()
+                .collect();
+        }
+    }
+
     /// The pods of each node that leave: what a drain has to remove.
     pub fn to_evict(&self) -> BTreeMap<String, BTreeSet<String>> {
         let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -335,6 +352,7 @@ fn planned_pod(
         interceptors,
         leaves,
         stays: drain.stays.map(|s| s.reason().to_string()),
+        unregistered: Vec::new(),
     }
 }
 
@@ -483,6 +501,57 @@ mod tests {
         );
         assert_eq!(p.pods[1].interceptors, vec!["hold.example.com"]);
         assert_eq!(p.pods[0].entry, "Default ≤ 100");
+    }
+
+    /// SPEC 5.5: the interceptors no EvictionInterceptor registers are named on each pod (the
+    /// report's NOTE column says "not registered"); unknown registrations name nothing.
+    #[test]
+    fn unregistered_interceptors_are_named() {
+        let mut p = run(
+            &[],
+            &["n1"],
+            vec![
+                pod("db")
+                    .interceptors("typo.example.com,ok.example.com")
+                    .build(),
+                pod("ds").daemonset().build(),
+            ],
+            &[],
+        );
+        p.mark_unregistered(|n| {
+            Registration::of(
+                n,
+                (n != "daemonset.apps.k8s.io").then_some(n == "ok.example.com"),
+            )
+        });
+        let marked: Vec<(&str, Vec<&str>)> = p
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.unregistered.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            vec![("db", vec!["typo.example.com"]), ("ds", vec![])]
+        );
+        let json = serde_json::to_value(&p.pods[0]).unwrap();
+        assert_eq!(
+            json["unregistered"],
+            serde_json::json!(["typo.example.com"])
+        );
+        assert!(
+            serde_json::to_value(&p.pods[1])
+                .unwrap()
+                .get("unregistered")
+                .is_none()
+        );
+        let report = crate::plugin::report::plan_report(p, &["n1".into()], &[], &[], &[], &[]);
+        let text = crate::plugin::report::plan_text(&report);
+        assert!(text.contains("not registered: typo.example.com"), "{text}");
     }
 
     /// Pods of other nodes and terminal pods are not listed.

@@ -127,10 +127,16 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = match &p.stays {
+            let mut note = match &p.stays {
                 None => String::new(),
                 Some(why) => format!("stays: {why}; does not hold the drain"),
             };
+            if !p.unregistered.is_empty() {
+                if !note.is_empty() {
+                    note.push_str("; ");
+                }
+                note.push_str(&format!("not registered: {}", p.unregistered.join(",")));
+            }
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
                 p.entry.clone(),

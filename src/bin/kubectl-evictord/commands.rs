@@ -126,7 +126,12 @@ async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<
         None,
         Stage::Drain,
     );
-    let (p, ctx) = preview_of(client, &planned, &selected).await?;
+    let (mut p, ctx) = preview_of(client, &planned, &selected).await?;
+    if let Some(registered) = read::registered_interceptors(client).await {
+        p.mark_unregistered(|name| {
+            evictord::api::Registration::of(name, Some(registered.contains(name)))
+        });
+    }
     let budgets = read::budgets(client, &ctx.pods).await?;
     let report = plan_report(
         p,
