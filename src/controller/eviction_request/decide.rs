@@ -409,6 +409,7 @@ fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
         return None;
     }
     let grace_end = unregistered_grace_end(d, entry);
+    let look_at_grace_end = grace_end.or_else(|| unknown_grace_end(d, entry));
     let deadline = heartbeat_deadline_at(d.request, entry, d.settings.interceptor_deadline)?;
     if grace_end.is_some_and(|end| d.now >= end) {
         return Some(ProcessedReason::NotRegistered);
@@ -417,10 +418,27 @@ fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
         return Some(ProcessedReason::TimedOut);
     }
     d.requeue_at(deadline);
-    if let Some(end) = grace_end {
+    // At the end of the grace of an unregistered interceptor, and also when the registration is not known yet (the cache syncing): by the end of the grace it
+    // may be, and a look then costs one reconcile. Never a time already passed (no busy loop
+    // while it stays unknown).
+    if let Some(end) = look_at_grace_end
+        && end > d.now
+    {
         d.requeue_at(end);
     }
     None
+}
+
+/// Under `enforce`, when the registration of `entry`'s interceptor is unknown: the end of its
+/// grace, when a look may find out.
+fn unknown_grace_end(d: &Draft<'_>, entry: &InterceptorStatus) -> Option<Timestamp> {
+    if !d.settings.interceptor_registration.enforces()
+        || (d.registration)(&entry.name) != Registration::Unknown
+    {
+        return None;
+    }
+    d.request
+        .unregistered_grace_end_at(entry, d.settings.unregistered_interceptor_grace)
 }
 
 /// Under `enforce`, when the interceptor of `entry` is known not to be registered: the end of its

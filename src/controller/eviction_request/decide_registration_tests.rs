@@ -84,6 +84,14 @@ fn activation(
 #[case::off_after_grace_keeps_turn(Off, "typo.example.com", 60, None, Some(1140))]
 #[case::enforce_registered_keeps_its_deadline(Enforce, "a.b", 600, None, Some(600))]
 #[case::enforce_unknown_keeps_its_deadline(Enforce, "unknown.example.com", 600, None, Some(600))]
+#[case::enforce_unknown_looks_again_at_grace_end(
+    Enforce,
+    "unknown.example.com",
+    30,
+    None,
+    Some(30)
+)]
+#[case::warn_unknown_waits_for_the_deadline(Warn, "unknown.example.com", 30, None, Some(1170))]
 #[case::enforce_registered_times_out_at_deadline(
     Enforce,
     "a.b",
