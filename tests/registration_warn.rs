@@ -230,3 +230,80 @@ async fn node_message_and_plan_name_unregistered_interceptors() {
         .await
         .unwrap();
 }
+
+/// The README's registration of an interceptor in another language: its manifest through
+/// `kubectl apply`, and the status heartbeat through `kubectl patch --subresource=status`.
+#[tokio::test]
+async fn readme_registration_with_kubectl() {
+    let (client, _ns) = setup("warn-readme").await;
+    let c = support::cluster().await;
+    let readme = include_str!("../README.md");
+    let manifest = readme
+        .split("kubectl apply -f - <<'END'\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\nEND\n").next())
+        .expect("the README's EvictionInterceptor manifest");
+    let out = kubectl(c, &["apply", "-f", "-"], Some(manifest));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        readme.contains(
+            "kubectl patch evictioninterceptor mine.example.com --subresource=status --type=merge"
+        ),
+        "the README's heartbeat command"
+    );
+    let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let patch = format!(r#"{{"status":{{"heartbeatTime":"{now}","runner":"host-1"}}}}"#);
+    let args = [
+        "patch",
+        "evictioninterceptor",
+        "mine.example.com",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ];
+    let out = kubectl(c, &args, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evi = Api::<EvictionInterceptor>::all(client.clone())
+        .get("mine.example.com")
+        .await
+        .unwrap();
+    assert_eq!(
+        evi.spec.service_accounts,
+        [ServiceAccountReference {
+            namespace: "mine-system".into(),
+            name: "mine".into()
+        }]
+    );
+    let status = evi.status.unwrap();
+    assert_eq!(status.heartbeat_time.unwrap().0, now);
+    assert_eq!(status.runner.as_deref(), Some("host-1"));
+    // R3: a heartbeat from the future is refused.
+    let later = now
+        .checked_add(jiff::SignedDuration::from_secs(3600))
+        .unwrap();
+    let patch = format!(r#"{{"status":{{"heartbeatTime":"{later}"}}}}"#);
+    let args = [
+        "patch",
+        "evictioninterceptor",
+        "mine.example.com",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ];
+    let out = kubectl(c, &args, None);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("rule R3"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
