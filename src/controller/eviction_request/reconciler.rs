@@ -441,3 +441,13 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_controller_label_is_one_of_the_zeroed_ones() {
+        assert!(crate::metrics::CONTROLLERS.contains(&CONTROLLER));
+    }
+}

@@ -537,6 +537,11 @@ fn refresh_gauges(caches: &Caches) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_controller_label_is_one_of_the_zeroed_ones() {
+        assert!(crate::metrics::CONTROLLERS.contains(&CONTROLLER));
+    }
+
     /// One name per event in code and README (the recorder once said `FastForwarded`).
     #[rstest::rstest]
     #[case(DrainEvent::PlanAdvanced { from: 0, to: 1 }, "DrainPlanAdvanced")]

@@ -165,7 +165,11 @@ mod tests {
     #[case::daemonset_gone_nothing_restarts_it(Facts { tolerates_taint: None, ..facts() }, "delete")]
     #[case::terminating_wins_over_untargeted(Facts { deleting_since: Some(t(5)), maintenance: None, ..facts() }, "wait")]
     fn on_activation_rows(#[case] f: Facts, #[case] want: &str) {
-        assert_eq!(result(&on_activation(&f, t(0))), want);
+        let step = on_activation(&f, t(0));
+        assert_eq!(result(&step), want);
+        if let Step::Complete { result, .. } = step {
+            assert!(crate::metrics::DAEMONSET_RESULTS.contains(&result));
+        }
     }
 
     #[test]
