@@ -101,6 +101,8 @@ pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned
 pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
 /// The `controller` values of the reconcile metrics.
 pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
+/// The `source` values of `evictord_unregistered_interceptors`.
+pub const UNREGISTERED_SOURCES: &[&str] = &["pod_admission", "activation"];
 
 /// Every metric of the process.
 pub struct Metrics {
@@ -338,6 +340,12 @@ impl Metrics {
             drop(self.reconcile_retries.get_or_create(&label));
             drop(self.reconcile_duration.get_or_create(&label));
         }
+        for &source in UNREGISTERED_SOURCES {
+            drop(
+                self.unregistered_interceptors
+                    .get_or_create(&SourceLabel { source }),
+            );
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -396,6 +404,7 @@ mod tests {
             "evictord_daemonset_interceptor_pods_total{result=\"kept\"} 0",
             "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
             "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
+            "evictord_unregistered_interceptors_total{source=\"activation\"} 0",
         ] {
             assert!(text.contains(series), "{series} in\n{text}");
         }
