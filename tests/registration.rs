@@ -277,7 +277,7 @@ async fn runner_registers_and_a_stopped_runner_keeps_the_deadline() {
     // Five graces later it still has its turn.
     tokio::time::sleep(Duration::from_secs(15)).await;
     let s = status(&api, &uid).await;
-    assert_eq!(s.active_interceptors, [name.clone()], "{s:?}");
+    assert_eq!(s.active_interceptors, std::slice::from_ref(&name), "{s:?}");
     assert!(s.processed_interceptors.is_empty(), "{s:?}");
     assert!(!s.is_true("Evicted"));
     let evs = events(&client, &ns, &uid).await;
