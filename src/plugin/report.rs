@@ -280,4 +280,52 @@ mod tests {
         );
         assert!(text.contains("other-nm"), "{text}");
     }
+
+    /// SPEC 5.5: the interceptors no EvictionInterceptor registers are named on each pod (the
+    /// report's NOTE column says "not registered"); unknown registrations name nothing.
+    #[test]
+    fn unregistered_interceptors_are_named() {
+        let nm = maintenance_for("mine", &["n1".into()], &[], None, crate::api::Stage::Drain);
+        let pods = vec![
+            pod("db")
+                .interceptors("typo.example.com,ok.example.com")
+                .build(),
+            pod("ds").daemonset().build(),
+        ];
+        let mut p = preview(&nm, &[], &[node("n1")], &pods, &[], t(0));
+        p.mark_unregistered(|n| {
+            crate::api::Registration::of(
+                n,
+                (n != "daemonset.apps.k8s.io").then_some(n == "ok.example.com"),
+            )
+        });
+        let marked: Vec<(&str, Vec<&str>)> = p
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.unregistered.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            vec![("db", vec!["typo.example.com"]), ("ds", vec![])]
+        );
+        let json = serde_json::to_value(&p.pods[0]).unwrap();
+        assert_eq!(
+            json["unregistered"],
+            serde_json::json!(["typo.example.com"])
+        );
+        assert!(
+            serde_json::to_value(&p.pods[1])
+                .unwrap()
+                .get("unregistered")
+                .is_none()
+        );
+        let report = plan_report(p, &["n1".into()], &[], &[], &[], &[]);
+        let text = plan_text(&report);
+        assert!(text.contains("not registered: typo.example.com"), "{text}");
+    }
 }
