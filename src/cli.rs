@@ -58,6 +58,22 @@ pub struct RuleArgs {
     /// canceled if it was the only one.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub eviction_api_requester_ttl: Duration,
+    /// What an interceptor without an EvictionInterceptor object costs: `off` (nothing),
+    /// `warn` (warnings at pod admission, events, node status messages, `kubectl evictord plan`)
+    /// or `enforce` (in addition, passed over `--unregistered-interceptor-grace` after its
+    /// activation; only a registered interceptor's service accounts or evictord change its entry,
+    /// rule S7).
+    #[arg(long, default_value = "warn")]
+    pub interceptor_registration: crate::api::RegistrationMode,
+    /// Under `--interceptor-registration=enforce`, how long an unregistered interceptor keeps its
+    /// turn after its activation.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub unregistered_interceptor_grace: Duration,
+    /// The user name evictord's own API calls arrive under (rule S7 lets evictord write every
+    /// interceptor entry). Default: read from evictord's credentials (the impersonated user, a
+    /// service account token's subject, or the client certificate's common name).
+    #[arg(long, env = "EVICTORD_OWN_USER")]
+    pub own_user: Option<String>,
 }
 
 impl RuleArgs {
@@ -73,6 +89,9 @@ impl RuleArgs {
             min_heartbeat_interval: self.min_heartbeat_interval,
             interceptor_deadline: self.interceptor_deadline,
             eviction_api_requester_ttl: self.eviction_api_requester_ttl,
+            interceptor_registration: self.interceptor_registration,
+            unregistered_interceptor_grace: self.unregistered_interceptor_grace,
+            own_user: self.own_user.clone().filter(|u| !u.is_empty()),
             ..Default::default()
         }
     }
@@ -229,8 +248,8 @@ pub struct ReviewArgs {
     /// AdmissionReview file (JSON or YAML); standard input when absent.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Multi-document YAML/JSON of Pods, Nodes, EvictionRequests and NodeMaintenances that
-    /// forms the cluster view; without it, lookups are unknown.
+    /// Multi-document YAML/JSON of Pods, Nodes, EvictionRequests, NodeMaintenances and
+    /// EvictionInterceptors that forms the cluster view; without it, lookups are unknown.
     #[arg(long)]
     pub objects: Option<PathBuf>,
     /// The time of the review (RFC 3339); default now.

@@ -58,6 +58,14 @@ pub struct ProcessedLabels {
     pub reason: &'static str,
 }
 
+/// Label `source` of the unregistered interceptor counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// `pod_admission` (rule P8 warned) or `activation` (an unregistered interceptor became
+    /// active).
+    pub source: &'static str,
+}
+
 /// Label `requester`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequesterLabel {
@@ -96,6 +104,8 @@ pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not
 pub const NODE_AGENT_MOVE_RESULTS: &[&str] = &["held", "restored"];
 /// The `controller` values of the reconcile metrics.
 pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
+/// The `source` values of `evictord_unregistered_interceptors`.
+pub const UNREGISTERED_SOURCES: &[&str] = &["pod_admission", "activation"];
 
 /// Every metric of the process.
 pub struct Metrics {
@@ -156,6 +166,8 @@ pub struct Metrics {
     /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
     /// Drain targets it), `not_daemonset`.
     pub daemonset_pods: Family<ResultLabel, Counter>,
+    /// Unregistered interceptors met (SPEC 5.5), by source: `pod_admission`, `activation`.
+    pub unregistered_interceptors: Family<SourceLabel, Counter>,
     registry: Registry,
 }
 
@@ -200,6 +212,7 @@ impl Metrics {
             hpa_surges: Family::default(),
             hpa_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             daemonset_pods: Family::default(),
+            unregistered_interceptors: Family::default(),
             registry: Registry::default(),
         };
         m.zero_series();
@@ -334,6 +347,11 @@ impl Metrics {
             "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
             m.daemonset_pods.clone(),
         );
+        r.register(
+            "evictord_unregistered_interceptors",
+            "Interceptors no EvictionInterceptor registers, met at pod admission (rule P8) or on activation",
+            m.unregistered_interceptors.clone(),
+        );
         m
     }
 
@@ -370,6 +388,12 @@ impl Metrics {
             let label = ControllerLabel { controller };
             drop(self.reconcile_retries.get_or_create(&label));
             drop(self.reconcile_duration.get_or_create(&label));
+        }
+        for &source in UNREGISTERED_SOURCES {
+            drop(
+                self.unregistered_interceptors
+                    .get_or_create(&SourceLabel { source }),
+            );
         }
     }
 
@@ -430,6 +454,7 @@ mod tests {
             "evictord_daemonset_interceptor_pods_total{result=\"kept\"} 0",
             "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
             "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
+            "evictord_unregistered_interceptors_total{source=\"activation\"} 0",
         ] {
             assert!(text.contains(series), "{series} in\n{text}");
         }

@@ -123,7 +123,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tls = crate::certs::obtain(&args, client.as_ref()).await?;
     let rustls = RustlsConfig::from_config(tls.server_config()?);
 
-    let caches = client.as_ref().map(Caches::start);
+    let registration = args.rules.interceptor_registration;
+    let caches = client
+        .as_ref()
+        .map(|c| Caches::start_with(c, registration.reports()));
+    let mut settings = args.rules.settings();
+    if settings.own_user.is_none() && client.is_some() {
+        settings.own_user = crate::cluster::identity::own_user(args.kubeconfig.as_deref()).await;
+    }
+    if registration.enforces() && client.is_some() && settings.own_user.is_none() {
+        anyhow::bail!(
+            "--interceptor-registration=enforce needs evictord's own user name (rule S7 admits its \
+             writes) and it cannot be read from the credentials: set --own-user"
+        );
+    }
+    info!(mode = %registration, own_user = settings.own_user.as_deref().unwrap_or("-"), "interceptor registration");
     let live = match (&client, &caches) {
         (Some(c), Some(caches)) => Some(Arc::new(LiveContext {
             client: c.clone(),
@@ -132,10 +146,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         })),
         _ => None,
     };
-    let state = Arc::new(AdmissionState {
-        settings: args.rules.settings(),
-        live,
-    });
+    let state = Arc::new(AdmissionState { settings, live });
     let app = crate::admission::webhooks::router(state);
 
     let probe_state = Arc::new(ProbeState {

@@ -7,6 +7,7 @@ mod support;
 
 use std::process::Command;
 
+use evictord::api::EvictionInterceptor;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
@@ -109,7 +110,7 @@ fn the_charts_daemonset() {
 }
 
 /// The agent as the chart's own ServiceAccount, with the chart's ClusterRole applied for real:
-/// it announces itself, holds and restores a manifest, reports a conflict (events, series) and
+/// it announces itself, registers its interceptor, holds and restores a manifest, reports a conflict (events, series) and
 /// never meets a `Forbidden`.
 #[tokio::test]
 async fn the_charts_rbac_is_enough_for_the_agent() {
@@ -149,6 +150,18 @@ async fn the_charts_rbac_is_enough_for_the_agent() {
     let _kubelet = StaticKubelet::start(w.client.clone(), &w.dir, &w.node);
     let agent = Agent::start_as(w.c, &w.node, &w.dir, &kubeconfig);
     agent.ready().await;
+    // The runner registers kubelet.k8s.io as the chart's ServiceAccount (create, then the status
+    // heartbeat).
+    until(TIMEOUT, "kubelet.k8s.io registered", || async {
+        Api::<EvictionInterceptor>::all(w.client.clone())
+            .get_opt("kubelet.k8s.io")
+            .await
+            .unwrap()?
+            .status?
+            .heartbeat_time
+            .map(drop)
+    })
+    .await;
     let maintenance = w.hold_etcd().await;
     w.wait_event("StaticPodManifestHeld").await;
     // A conflict, told as a Warning event; resolved, and back: the same event again (a series,

@@ -83,6 +83,20 @@ fn silent_interceptors(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("silent-{i}.example.com")).collect()
 }
 
+/// Registers `names` (EvictionInterceptor objects, as for interceptors whose runners stopped), so
+/// that node messages do not name them as unregistered (SPEC 5.5).
+async fn register(client: &Client, names: &[String]) {
+    let api: Api<evictord::api::EvictionInterceptor> = Api::all(client.clone());
+    for n in names {
+        let evi = evictord::api::EvictionInterceptor::new(n, Default::default());
+        match api.create(&PostParams::default(), &evi).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("registering {n}: {e}"),
+        }
+    }
+}
+
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -395,8 +409,9 @@ async fn intersecting_maintenances_limit_and_wait_for_each_other() {
     let (low, mid) = (format!("{ns}-low"), format!("{ns}-mid"));
     priority_class(&client, &low, 100).await;
     priority_class(&client, &mid, 1000).await;
-    // A low pod on node two that stays for a while (its interceptors never answer).
+    // A low pod on node two that stays for a while (its interceptors, registered, never answer).
     let silent = silent_interceptors(4);
+    register(&client, &silent).await;
     pod("blocked")
         .on_node(&two)
         .priority_class(&low)

@@ -385,3 +385,52 @@ async fn the_offline_review_gives_the_servers_verdict() {
     both.extend(warnings(&validated));
     assert_eq!(warnings(&offline), both);
 }
+
+/// SPEC 5.5 offline: `--objects` brings the registrations (EvictionInterceptor documents). Rule
+/// P8 warns about a name the file does not register (and says nothing without a file); under
+/// `--interceptor-registration=enforce` rule S7 admits the heartbeat of the registered
+/// interceptor's own account and denies another's, and is skipped with a warning without a file.
+#[test]
+fn registrations_come_from_the_objects_file() {
+    let pod = review(POD).set(
+        &format!(
+            "/request/object/metadata/annotations/{}",
+            ANNOTATION.replace('/', "~1")
+        ),
+        "checkout.shop.example.com, typo.example.com",
+    );
+    let with = review_variant(&pod, true, &[]);
+    assert_eq!(with["allowed"], true, "{with}");
+    let w = warnings(&with);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("interceptor \"typo.example.com\" is not registered")
+            && w[0].contains("rule P8"),
+        "{w:?}"
+    );
+    assert!(warnings(&review_variant(&pod, false, &[])).is_empty());
+
+    let enforce = [
+        "--interceptor-registration=enforce",
+        "--own-user=system:serviceaccount:evictord:evictord",
+    ];
+    let own = review_variant(&review(HEARTBEAT), true, &enforce);
+    assert_eq!(own["allowed"], true, "{own}");
+    let stranger = review(HEARTBEAT).set(
+        "/request/userInfo/username",
+        "system:serviceaccount:web:deployer",
+    );
+    let denied = review_variant(&stranger, true, &enforce);
+    assert_eq!(denied["allowed"], false, "{denied}");
+    assert!(message(&denied).contains("(rule S7)"), "{denied}");
+    let unknown = review_variant(&stranger, false, &enforce);
+    assert_eq!(unknown["allowed"], true, "{unknown}");
+    assert!(
+        warnings(&unknown)
+            .iter()
+            .any(|w| w.starts_with("rule S7 not checked")),
+        "{unknown}"
+    );
+    // The default mode does not guard entries.
+    assert_eq!(review_variant(&stranger, true, &[])["allowed"], true);
+}

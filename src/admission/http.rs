@@ -21,7 +21,7 @@ use tracing::{Instrument, info_span, warn};
 
 use super::envelope::decode_review;
 use super::{Lookups, ReviewRequest, Settings, Verdict};
-use crate::cluster::{ClusterView, LiveContext, StaticView, prepare};
+use crate::cluster::{ClusterView, LiveContext, RegistrationView, StaticView, prepare};
 use crate::metrics::{AdmissionLabels, metrics};
 use crate::telemetry::ADMISSION_SPAN;
 
@@ -299,7 +299,7 @@ where
             let view = prepare(live, &lookups).await?;
             (webhook.review)(&rr, &view, &state.settings)
         }
-        Some(_) => (webhook.review)(&rr, &StaticView::unknown(), &state.settings),
+        Some(live) => (webhook.review)(&rr, &RegistrationView::new(&live.caches), &state.settings),
         None => (webhook.review)(&rr, &StaticView::unknown(), &state.settings),
     };
     Ok(respond(req, verdict))

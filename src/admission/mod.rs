@@ -1,4 +1,5 @@
-//! Admission: one pure `review` function per resource (EvictionRequest, Pod, NodeMaintenance)
+//! Admission: one pure `review` function per resource (EvictionRequest, Pod, NodeMaintenance,
+//! EvictionInterceptor)
 //! and one thin generic HTTP handler that decodes an AdmissionReview, calls the review and
 //! encodes the answer.
 //!
@@ -10,6 +11,7 @@
 pub mod answer;
 pub mod body;
 pub mod envelope;
+pub mod eviction_interceptor;
 pub mod eviction_request;
 pub mod http;
 pub mod names;

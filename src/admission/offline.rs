@@ -14,10 +14,11 @@ use super::http::{
 use super::pod_eviction::review_pod_eviction as review_pod_eviction_call;
 use super::pod_eviction::shell::{eviction_call, respond as pod_eviction_response};
 use super::webhooks::{
-    MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
+    MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_INTERCEPTORS, VALIDATE_EVICTION_REQUESTS,
+    VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
 };
 use super::{Settings, Verdict, node_maintenance};
-use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 use crate::cluster::{CachedPod, ClusterView, Lookup, StaticView};
 
 /// Errors of the offline review.
@@ -35,12 +36,15 @@ pub enum Error {
 }
 
 /// Builds the cluster view from a multi-document YAML/JSON file of Pods, Nodes,
-/// EvictionRequests and NodeMaintenances (a `List` document is unrolled).
+/// EvictionRequests, NodeMaintenances and EvictionInterceptors (a `List` document is unrolled).
+/// The file is the whole cluster: an interceptor without an EvictionInterceptor in it is not
+/// registered.
 ///
 /// # Errors
 /// When a document does not parse or has another kind.
 pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
     let (mut pods, mut nodes, mut nms, mut ers) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut evis = Vec::new();
     let mut docs: Vec<serde_json::Value> = Vec::new();
     for doc in serde_norway::Deserializer::from_slice(bytes) {
         let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
@@ -61,14 +65,18 @@ pub fn view_from_objects(bytes: &[u8]) -> Result<StaticView, Error> {
             Some("Node") => nodes.push(serde_json::from_value::<Node>(v)?),
             Some("NodeMaintenance") => nms.push(serde_json::from_value::<NodeMaintenance>(v)?),
             Some("EvictionRequest") => ers.push(serde_json::from_value::<EvictionRequest>(v)?),
+            Some("EvictionInterceptor") => {
+                evis.push(serde_json::from_value::<EvictionInterceptor>(v)?);
+            }
             other => {
                 return Err(Error::Unsupported(format!(
-                    "--objects: unsupported kind {other:?} (Pod, Node, EvictionRequest, NodeMaintenance)"
+                    "--objects: unsupported kind {other:?} (Pod, Node, EvictionRequest, NodeMaintenance, \
+                     EvictionInterceptor)"
                 )));
             }
         }
     }
-    Ok(StaticView::with_objects(pods, nodes, nms, ers))
+    Ok(StaticView::with_objects(pods, nodes, nms, ers).with_interceptors(evis))
 }
 
 /// A decoded request, or the denial of an object that breaks its resource's schema (as the
@@ -164,8 +172,10 @@ pub fn review(
         "evictionrequests" => run(&VALIDATE_EVICTION_REQUESTS, value, &view, now, settings),
         "pods" => run(&VALIDATE_PODS, value, &view, now, settings),
         "nodemaintenances" => review_node_maintenance(value, &view, now, settings),
+        "evictioninterceptors" => run(&VALIDATE_EVICTION_INTERCEPTORS, value, &view, now, settings),
         other => Err(Error::Unsupported(format!(
-            "resource {other:?} is not reviewed by evictord (evictionrequests, pods, pods/eviction, nodemaintenances)"
+            "resource {other:?} is not reviewed by evictord (evictionrequests, pods, pods/eviction, \
+             nodemaintenances, evictioninterceptors)"
         ))),
     }
 }

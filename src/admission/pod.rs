@@ -12,6 +12,9 @@
 //! - P7 the annotation is immutable: an UPDATE may not add, remove or change it. Changes of
 //!   white space only are not changes. Because of P7, an UPDATE that keeps the annotation is not
 //!   checked against P1–P6 again, so pods admitted before evictord was installed stay updatable.
+//! - P8 (a warning, never a denial; SPEC 5.5): on CREATE, each declared interceptor that no
+//!   `EvictionInterceptor` registers is named, unless `--interceptor-registration=off`. An
+//!   unknown registration (offline, cache not synced) warns about nothing.
 //!
 //! Most pods carry no annotation: for them the review returns before parsing anything.
 
@@ -20,7 +23,10 @@ use kube::core::admission::Operation;
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::admission::partial::InterceptorAnnotation;
 use crate::admission::{ReviewRequest, Settings, Verdict};
-use crate::api::{IMPERATIVE_INTERCEPTOR, INTERCEPTORS_ANNOTATION, parse_interceptor_list};
+use crate::api::{
+    IMPERATIVE_INTERCEPTOR, INTERCEPTORS_ANNOTATION, Registration, parse_interceptor_list,
+};
+use crate::cluster::{ClusterView, registration};
 
 /// Most interceptors a pod may declare.
 pub const MAX_POD_INTERCEPTORS: usize = 15;
@@ -50,6 +56,59 @@ pub fn review_pod<P: InterceptorAnnotation>(
         Ok(()) => Verdict::allow(),
         Err(message) => Verdict::deny(message),
     }
+}
+
+/// [`review_pod`] and, for an allowed CREATE, the warnings of rule P8 (the declared
+/// interceptors no `EvictionInterceptor` registers): what the Pod webhook answers.
+pub fn review_pod_with_registrations<P: InterceptorAnnotation>(
+    req: &ReviewRequest<'_, P>,
+    view: &dyn ClusterView,
+    settings: &Settings,
+) -> Verdict {
+    let mut verdict = review_pod(req, settings);
+    if !verdict.allowed()
+        || req.operation != Operation::Create
+        || !settings.interceptor_registration.reports()
+    {
+        return verdict;
+    }
+    if let Some(value) = req.object.and_then(P::interceptor_annotation) {
+        for name in parse_interceptor_list(value) {
+            if registration(view, &name) == Registration::NotRegistered {
+                verdict.warn(p8_unregistered(&name, settings));
+            }
+        }
+    }
+    verdict
+}
+
+/// The number of P8 warnings in a verdict of [`review_pod_with_registrations`] (for the
+/// `evictord_unregistered_interceptors` metric of the Pod webhook).
+pub fn p8_warnings(verdict: &Verdict) -> usize {
+    verdict
+        .warnings
+        .iter()
+        .filter(|w| w.contains(P8_MARK))
+        .count()
+}
+
+const P8_MARK: &str = "; rule P8): ";
+
+/// The P8 warning for one name, short enough for kube-apiserver to pass on whole (it may cut
+/// warnings beyond 256 characters).
+fn p8_unregistered(name: &str, settings: &Settings) -> String {
+    let cost = if settings.interceptor_registration.enforces() {
+        format!(
+            "passed over {} after it becomes active",
+            humantime::format_duration(settings.unregistered_interceptor_grace)
+        )
+    } else {
+        format!(
+            "holds each eviction of this pod up to {} unless it reports",
+            humantime::format_duration(settings.interceptor_deadline)
+        )
+    };
+    format!("interceptor {name:?} is not registered (no EvictionInterceptor {name}{P8_MARK}{cost}")
 }
 
 /// Rules P1–P6 on one annotation value; the first violated rule is reported.
@@ -170,6 +229,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::api::RegistrationMode;
     use crate::cluster::CachedPod;
 
     fn pod(annotation: Option<&str>) -> CachedPod {
@@ -306,6 +366,58 @@ mod tests {
             (None, None) => {}
             (Some(want), Some(got)) => assert!(got.contains(want), "{got}"),
             (want, got) => panic!("want denial {want:?}, got {got:?}"),
+        }
+    }
+
+    /// Rule P8 per mode: a warning per declared interceptor nothing registers, on CREATE only,
+    /// never with a denial, never when registrations are unknown or registration is off.
+    #[rstest]
+    #[case::p8_warn_names_the_unregistered(Operation::Create, "a.example.com,b.example.com", RegistrationMode::Warn, Some(&[][..]), &["interceptor \"a.example.com\" is not registered (no EvictionInterceptor a.example.com; rule P8): holds each eviction of this pod up to 20m unless it reports", "interceptor \"b.example.com\" is not registered"][..])]
+    #[case::p8_registered_not_named(Operation::Create, "a.example.com,b.example.com", RegistrationMode::Warn, Some(&["b.example.com"][..]), &["\"a.example.com\" is not registered"][..])]
+    #[case::p8_enforce_says_passed_over(Operation::Create, "a.example.com", RegistrationMode::Enforce, Some(&[][..]), &["(no EvictionInterceptor a.example.com; rule P8): passed over 1m after it becomes active"][..])]
+    #[case::p8_off_silent(Operation::Create, "a.example.com", RegistrationMode::Off, Some(&[][..]), &[][..])]
+    #[case::p8_unknown_silent(Operation::Create, "a.example.com", RegistrationMode::Warn, None, &[][..])]
+    #[case::p8_update_silent(Operation::Update, "a.example.com", RegistrationMode::Warn, Some(&[][..]), &[][..])]
+    #[case::p8_denied_pod_not_warned(Operation::Create, "a.example.com,drain", RegistrationMode::Warn, Some(&[][..]), &[][..])]
+    fn p8_rows(
+        #[case] op: Operation,
+        #[case] annotation: &str,
+        #[case] mode: RegistrationMode,
+        #[case] registered: Option<&[&str]>,
+        #[case] warnings: &[&str],
+    ) {
+        use crate::api::{EvictionInterceptor, EvictionInterceptorSpec};
+        use crate::cluster::StaticView;
+        let settings = Settings {
+            interceptor_registration: mode,
+            ..Settings::default()
+        };
+        let view = match registered {
+            Some(names) => StaticView::with_objects([], [], [], []).with_interceptors(
+                names
+                    .iter()
+                    .map(|n| EvictionInterceptor::new(n, EvictionInterceptorSpec::default())),
+            ),
+            None => StaticView::unknown(),
+        };
+        let user = UserInfo::default();
+        let p = pod(Some(annotation));
+        let req = ReviewRequest {
+            object: Some(&p),
+            old_object: (op == Operation::Update).then_some(&p),
+            operation: op,
+            sub_resource: None,
+            namespace: Some("default"),
+            name: "p1",
+            user: &user,
+            dry_run: false,
+            now: Timestamp::UNIX_EPOCH,
+        };
+        let verdict = review_pod_with_registrations(&req, &view, &settings);
+        assert_eq!(verdict.warnings.len(), warnings.len(), "{verdict:?}");
+        for (got, want) in verdict.warnings.iter().zip(warnings) {
+            assert!(got.contains(want), "{got:?} lacks {want:?}");
+            assert!(got.len() <= 256, "kube-apiserver may cut {got:?}");
         }
     }
 

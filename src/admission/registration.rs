@@ -18,6 +18,8 @@ pub const PATH_VALIDATE_EVICTION_REQUESTS: &str = "/validate/evictionrequests";
 pub const PATH_VALIDATE_NODE_MAINTENANCES: &str = "/validate/nodemaintenances";
 /// Path of the NodeMaintenance mutating webhook.
 pub const PATH_MUTATE_NODE_MAINTENANCES: &str = "/mutate/nodemaintenances";
+/// Path of the EvictionInterceptor validating webhook.
+pub const PATH_VALIDATE_EVICTION_INTERCEPTORS: &str = "/validate/evictioninterceptors";
 /// Path of the Pod validating webhook.
 pub const PATH_VALIDATE_PODS: &str = "/validate/pods";
 /// Path of the Eviction API bridge (`pods/eviction` CREATE).
@@ -68,8 +70,8 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
-/// The validating configuration: EvictionRequests (incl. status) and NodeMaintenances with
-/// `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked), and the Eviction
+/// The validating configuration: EvictionRequests (incl. status), NodeMaintenances and
+/// EvictionInterceptors with `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked), and the Eviction
 /// API bridge on `pods/eviction` with `Ignore`, `sideEffects: NoneOnDryRun` and a short timeout.
 pub fn validating(
     name: &str,
@@ -131,6 +133,16 @@ pub fn validating(
                     crate::api::GROUP,
                     &["nodemaintenances", "nodemaintenances/status"],
                     &crud,
+                )],
+                true,
+            ),
+            hook(
+                "evictioninterceptors.validate.evictord.dev",
+                PATH_VALIDATE_EVICTION_INTERCEPTORS,
+                vec![rule(
+                    crate::api::GROUP,
+                    &["evictioninterceptors", "evictioninterceptors/status"],
+                    &["CREATE", "UPDATE"],
                 )],
                 true,
             ),

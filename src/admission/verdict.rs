@@ -6,6 +6,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::admission::Operation;
 
+use crate::api::RegistrationMode;
+
 /// One admission request, typed, as a review function sees it.
 #[derive(Clone, Debug)]
 pub struct ReviewRequest<'a, T> {
@@ -65,6 +67,16 @@ pub struct Settings {
     /// How long the Eviction API bridge's requester stays on a request without a new call
     /// (default 10 min).
     pub eviction_api_requester_ttl: Duration,
+    /// `--interceptor-registration` (SPEC 5.5): rule P8 warns unless `off`; under `enforce`, S2
+    /// accepts the hand-over of an unregistered interceptor after the grace and S7 guards the
+    /// entries of registered ones.
+    pub interceptor_registration: RegistrationMode,
+    /// `--unregistered-interceptor-grace` (default 1 min): how long after its activation an
+    /// unregistered interceptor keeps its turn under `enforce`.
+    pub unregistered_interceptor_grace: Duration,
+    /// The user name evictord's own API calls arrive under (rule S7 lets it write every entry);
+    /// `None` when unknown (then no request counts as evictord's).
+    pub own_user: Option<String>,
 }
 
 impl Default for Settings {
@@ -75,6 +87,9 @@ impl Default for Settings {
             interceptor_deadline: Duration::from_secs(1200),
             clock_skew: Duration::from_secs(10),
             eviction_api_requester_ttl: Duration::from_secs(600),
+            interceptor_registration: RegistrationMode::default(),
+            unregistered_interceptor_grace: Duration::from_secs(60),
+            own_user: None,
         }
     }
 }

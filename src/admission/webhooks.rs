@@ -1,6 +1,6 @@
-//! The webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating, and the
-//! Eviction API bridge) and the router that serves them, one typed route each: the four pure
-//! reviews through the one generic handler, the bridge through its own thin shell (it writes the
+//! The webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating,
+//! EvictionInterceptors, and the Eviction API bridge) and the router that serves them, one typed
+//! route each: the pure reviews through the one generic handler, the bridge through its own thin shell (it writes the
 //! EvictionRequest it hands the call to).
 
 use std::borrow::Cow;
@@ -10,12 +10,16 @@ use axum::Router;
 
 use super::http::{AdmissionState, Webhook, route};
 use super::registration::{
-    PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_REQUESTS,
-    PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
+    PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_INTERCEPTORS,
+    PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS,
+    PATH_VALIDATE_PODS,
 };
-use super::{Lookups, ReviewRequest, eviction_request, node_maintenance, pod, pod_eviction};
+use super::{
+    Lookups, ReviewRequest, eviction_interceptor, eviction_request, node_maintenance, pod,
+    pod_eviction,
+};
 use crate::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
-use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 use crate::cluster::{ClusterView, PodLookup};
 
 /// The EvictionRequest rules' view of a decoded request.
@@ -83,17 +87,30 @@ pub static VALIDATE_EVICTION_REQUESTS: Webhook<AdmittedEvictionRequest> = Webhoo
     review: |req, view, settings| {
         eviction_request::review_eviction_request(&eviction_request(req), view, settings)
     },
-    // Status updates (S1-S6: heartbeats, hand-offs) read only the two objects.
+    // Status updates (S1-S7: heartbeats, hand-offs) read only the two objects and the
+    // interceptor registrations.
     needs_cluster: |req| !req.is_status(),
     sub_resources: &["status"],
 };
 
-/// Validates the interceptor annotation of Pods (needs no cluster).
+/// Validates the interceptor annotation of Pods (reads only the interceptor registrations).
 pub static VALIDATE_PODS: Webhook<AdmittedPod> = Webhook {
     resource: "pods",
     kind: "validate",
     lookups: no_lookups,
-    review: |req, _view, settings| pod::review_pod(req, settings),
+    review: |req, view, settings| {
+        let verdict = pod::review_pod_with_registrations(req, view, settings);
+        let unregistered = pod::p8_warnings(&verdict);
+        if unregistered > 0 {
+            crate::metrics::metrics()
+                .unregistered_interceptors
+                .get_or_create(&crate::metrics::SourceLabel {
+                    source: "pod_admission",
+                })
+                .inc_by(unregistered as u64);
+        }
+        verdict
+    },
     needs_cluster: never,
     sub_resources: &[],
 };
@@ -118,6 +135,16 @@ pub static MUTATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     sub_resources: &[],
 };
 
+/// Validates EvictionInterceptors, the interceptor registrations (needs no cluster).
+pub static VALIDATE_EVICTION_INTERCEPTORS: Webhook<EvictionInterceptor> = Webhook {
+    resource: "evictioninterceptors",
+    kind: "validate",
+    lookups: no_lookups,
+    review: |req, _view, settings| eviction_interceptor::review_eviction_interceptor(req, settings),
+    needs_cluster: never,
+    sub_resources: &["status"],
+};
+
 /// The webhook router (POST routes; bodies of at most 3 MiB, read within 10 s).
 pub fn router(state: Arc<AdmissionState>) -> Router {
     let r = Router::new();
@@ -133,6 +160,11 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         &VALIDATE_NODE_MAINTENANCES,
     );
     let r = route(r, PATH_MUTATE_NODE_MAINTENANCES, &MUTATE_NODE_MAINTENANCES);
+    let r = route(
+        r,
+        PATH_VALIDATE_EVICTION_INTERCEPTORS,
+        &VALIDATE_EVICTION_INTERCEPTORS,
+    );
     let r = r.route(
         PATH_VALIDATE_POD_EVICTIONS,
         axum::routing::post(pod_eviction::shell::handle),

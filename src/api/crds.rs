@@ -3,14 +3,18 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{EvictionRequest, NodeMaintenance};
+use super::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 
-/// Both CRDs, EvictionRequest first.
+/// Every CRD: EvictionRequest, NodeMaintenance, EvictionInterceptor.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![EvictionRequest::crd(), NodeMaintenance::crd()]
+    vec![
+        EvictionRequest::crd(),
+        NodeMaintenance::crd(),
+        EvictionInterceptor::crd(),
+    ]
 }
 
-/// Both CRDs as one multi-document YAML stream, as `evictord crds` prints it.
+/// Every CRD as one multi-document YAML stream, as `evictord crds` prints it.
 ///
 /// # Errors
 /// Only if serialisation fails, which the types rule out in practice.

@@ -4,12 +4,15 @@
 //! (`evictord crds`).
 
 mod crds;
+mod eviction_interceptor;
 mod eviction_request;
+pub mod identity;
 mod node_maintenance;
 pub mod taint;
 pub mod time;
 
 pub use crds::{all_crds, crds_yaml};
+pub use eviction_interceptor::*;
 pub use eviction_request::*;
 pub use node_maintenance::*;
 

@@ -1,7 +1,12 @@
 //! The shared watch caches: one reflector per resource (pods trimmed to [`CachedPod`], nodes
-//! trimmed to name/labels/unschedulable/annotations, NodeMaintenances, EvictionRequests). The
-//! webhook reads the stores; the controllers subscribe to the change streams. `/readyz` waits
-//! for [`Caches::synced`].
+//! trimmed to name/labels/unschedulable/annotations, NodeMaintenances, EvictionRequests,
+//! EvictionInterceptors). The webhook reads the stores; the controllers subscribe to the change
+//! streams. `/readyz` waits for [`Caches::synced`].
+//!
+//! The EvictionInterceptor cache is not part of [`Caches::synced`]: until it has synced (or
+//! when its CRD is missing, e.g. after a chart upgrade that did not apply the new CRD), every
+//! registration is unknown, which never denies, passes over or warns on its own (SPEC 4), and
+//! the rest of evictord works as before.
 
 use std::sync::Arc;
 
@@ -16,8 +21,8 @@ use tracing::{debug, warn};
 
 use super::CachedPod;
 use crate::api::{
-    EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION, NODE_AGENT_ANNOTATION, NodeMaintenance,
-    UNSCHEDULABLE_BEFORE_ANNOTATION,
+    EvictionInterceptor, EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION,
+    NODE_AGENT_ANNOTATION, NodeMaintenance, Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
 };
 
 /// Capacity of each change channel; a controller that lags further behind skips to the latest
@@ -76,7 +81,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
     }
 }
 
-/// The four shared caches.
+/// The shared caches.
 pub struct Caches {
     /// Pods, trimmed.
     pub pods: Watched<CachedPod>,
@@ -86,20 +91,40 @@ pub struct Caches {
     pub node_maintenances: Watched<NodeMaintenance>,
     /// EvictionRequests.
     pub eviction_requests: Watched<EvictionRequest>,
+    /// EvictionInterceptors (SPEC 5.5); `None` when registration is off.
+    pub eviction_interceptors: Option<Watched<EvictionInterceptor>>,
     synced: watch::Sender<bool>,
+    interceptors_synced: watch::Sender<bool>,
 }
 
 impl Caches {
     /// Starts the watches on `client` (spawned on the current runtime) and returns the caches.
     /// They fill asynchronously; [`Caches::wait_synced`] waits for the initial lists.
     pub fn start(client: &Client) -> Arc<Self> {
+        Self::start_with(client, true)
+    }
+
+    /// [`Caches::start`], watching EvictionInterceptors only when `interceptors` (registration
+    /// is not off).
+    pub fn start_with(client: &Client, interceptors: bool) -> Arc<Self> {
         let caches = Arc::new(Self {
             pods: spawn_watch(Api::all(client.clone()), CachedPod::trim_in_place),
             nodes: spawn_watch(Api::all(client.clone()), trim_node),
             node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
             eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
+            eviction_interceptors: interceptors
+                .then(|| spawn_watch(Api::all(client.clone()), trim_meta)),
             synced: watch::channel(false).0,
+            interceptors_synced: watch::channel(false).0,
         });
+        if let Some(w) = &caches.eviction_interceptors {
+            let (store, c) = (w.store.clone(), caches.clone());
+            tokio::spawn(async move {
+                let ok = store.wait_until_ready().await.is_ok();
+                debug!(ok, "EvictionInterceptor cache synced");
+                c.interceptors_synced.send_replace(ok);
+            });
+        }
         // kube-runtime's readiness future wakes only its latest waiter, so exactly one task
         // waits on the stores and everyone else waits on this flag.
         let c = caches.clone();
@@ -123,6 +148,21 @@ impl Caches {
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// The cached EvictionInterceptor of that name: `None` while unknown (registration off, or
+    /// the cache not synced), `Some(None)` when there is none.
+    pub fn eviction_interceptor(&self, name: &str) -> Option<Option<Arc<EvictionInterceptor>>> {
+        let watched = self.eviction_interceptors.as_ref()?;
+        (*self.interceptors_synced.borrow()).then(|| watched.get(None, name))
+    }
+
+    /// What the cache knows of the registration of the interceptor `name`.
+    pub fn registration(&self, name: &str) -> Registration {
+        Registration::of(
+            name,
+            self.eviction_interceptor(name).map(|found| found.is_some()),
+        )
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`LiveView`]: the server's [`ClusterView`] — the watch caches plus the live pod lookups and
-//! access reviews prepared for one admission request ([`prepare`]).
+//! access reviews prepared for one admission request ([`prepare`]) — and [`RegistrationView`],
+//! the view of reviews that read nothing of the cluster but the interceptor registrations.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use super::{
     AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup, Lookups,
     PodLookup,
 };
-use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 
 /// What the server needs to prepare lookups.
 pub struct LiveContext {
@@ -122,5 +123,58 @@ impl ClusterView for LiveView<'_> {
             .unwrap_or_else(|| {
                 Authorization::Denied("internal: access check was not prepared".into())
             })
+    }
+
+    fn eviction_interceptor(&self, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
+        interceptor_lookup(self.caches, name)
+    }
+}
+
+fn interceptor_lookup(caches: &Caches, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
+    match caches.eviction_interceptor(name) {
+        Some(Some(i)) => Lookup::Found(i),
+        Some(None) => Lookup::Missing,
+        None => Lookup::Unknown,
+    }
+}
+
+/// The view of a review that needs nothing of the cluster but the interceptor registrations
+/// (pod annotations, EvictionRequest status writes): those come from the cache (unknown until
+/// it synced), everything else is unknown. It needs no preparation and never waits for the
+/// other caches, so these reviews are answered before the caches sync.
+pub struct RegistrationView<'a> {
+    caches: &'a Caches,
+}
+
+impl<'a> RegistrationView<'a> {
+    /// The registrations of `caches`.
+    pub fn new(caches: &'a Caches) -> Self {
+        Self { caches }
+    }
+}
+
+impl ClusterView for RegistrationView<'_> {
+    fn pod(&self, _namespace: &str, _name: &str) -> Lookup<Arc<CachedPod>> {
+        Lookup::Unknown
+    }
+
+    fn nodes(&self) -> Lookup<Vec<Arc<Node>>> {
+        Lookup::Unknown
+    }
+
+    fn node_maintenances(&self) -> Lookup<Vec<Arc<NodeMaintenance>>> {
+        Lookup::Unknown
+    }
+
+    fn eviction_request(&self, _namespace: &str, _name: &str) -> Lookup<Arc<EvictionRequest>> {
+        Lookup::Unknown
+    }
+
+    fn authorize(&self, _check: &AccessCheck<'_>) -> Authorization {
+        Authorization::Skipped("no access check is prepared for this review".into())
+    }
+
+    fn eviction_interceptor(&self, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
+        interceptor_lookup(self.caches, name)
     }
 }

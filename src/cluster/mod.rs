@@ -4,13 +4,16 @@
 
 mod authz;
 mod cache;
+pub mod identity;
 mod live;
 mod pod;
 mod view;
 
 pub use authz::Authorizer;
 pub use cache::{Caches, RESYNC, Watched, announced};
-pub use live::{LiveContext, LiveView, prepare};
+pub use live::{LiveContext, LiveView, RegistrationView, prepare};
 pub(crate) use pod::pod_resource;
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
-pub use view::{AccessCheck, Authorization, ClusterView, Lookup, Lookups, PodLookup, StaticView};
+pub use view::{
+    AccessCheck, Authorization, ClusterView, Lookup, Lookups, PodLookup, StaticView, registration,
+};

@@ -9,7 +9,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Node;
 
 use super::CachedPod;
-use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance, Registration};
 
 /// The answer of a lookup.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,6 +119,25 @@ pub trait ClusterView: Send + Sync {
     fn eviction_request(&self, namespace: &str, name: &str) -> Lookup<Arc<EvictionRequest>>;
     /// The verdict of an access check.
     fn authorize(&self, check: &AccessCheck<'_>) -> Authorization;
+    /// The EvictionInterceptor registering the interceptor of that name (SPEC 5.5). A view
+    /// that does not watch them answers `Unknown`.
+    fn eviction_interceptor(&self, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
+        let _ = name;
+        Lookup::Unknown
+    }
+}
+
+/// What `view` knows of the registration of the interceptor `name` (evictord's own
+/// `imperative-eviction.k8s.io` is always registered).
+pub fn registration(view: &dyn ClusterView, name: &str) -> Registration {
+    Registration::of(
+        name,
+        match view.eviction_interceptor(name) {
+            Lookup::Found(_) => Some(true),
+            Lookup::Missing => Some(false),
+            Lookup::Unknown => None,
+        },
+    )
 }
 
 /// A view over fixed lists of objects. With `complete = false` every lookup answers `Unknown`
@@ -137,6 +156,9 @@ pub struct StaticView {
     pub eviction_requests: BTreeMap<(String, String), Arc<EvictionRequest>>,
     /// Access checks answer this (default: skipped offline).
     pub authorization: Option<Authorization>,
+    /// EvictionInterceptors by name; `None`: unknown (not part of the view), so that a view of
+    /// pods alone does not report every interceptor as unregistered.
+    pub eviction_interceptors: Option<BTreeMap<String, Arc<EvictionInterceptor>>>,
 }
 
 impl StaticView {
@@ -176,7 +198,23 @@ impl StaticView {
                 })
                 .collect(),
             authorization: None,
+            eviction_interceptors: None,
         }
+    }
+
+    /// The same view, knowing every EvictionInterceptor: those given (an interceptor not among
+    /// them is not registered).
+    pub fn with_interceptors(
+        mut self,
+        interceptors: impl IntoIterator<Item = EvictionInterceptor>,
+    ) -> Self {
+        self.eviction_interceptors = Some(
+            interceptors
+                .into_iter()
+                .map(|i| (i.metadata.name.clone().unwrap_or_default(), Arc::new(i)))
+                .collect(),
+        );
+        self
     }
 
     fn lookup<T: Clone>(&self, found: Option<&T>) -> Lookup<T> {
@@ -220,5 +258,15 @@ impl ClusterView for StaticView {
         self.authorization.clone().unwrap_or_else(|| {
             Authorization::Skipped("authorization is not checked offline".into())
         })
+    }
+
+    fn eviction_interceptor(&self, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
+        match &self.eviction_interceptors {
+            Some(known) => match known.get(name) {
+                Some(i) => Lookup::Found(i.clone()),
+                None => Lookup::Missing,
+            },
+            None => Lookup::Unknown,
+        }
     }
 }

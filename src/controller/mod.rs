@@ -99,6 +99,8 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 eviction_api_requester_ttl: args.rules.eviction_api_requester_ttl,
                 ended_request_retention: args.ended_request_retention,
                 daemonset_interceptor: args.daemonset_interceptor,
+                interceptor_registration: args.rules.interceptor_registration,
+                unregistered_interceptor_grace: args.rules.unregistered_interceptor_grace,
                 ..Default::default()
             },
             events: events.clone(),
@@ -119,6 +121,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             caches: caches.clone(),
             recorder: Recorder::new(client.clone(), reporter("evictord")),
             daemonset_interceptor: args.daemonset_interceptor,
+            interceptor_registration: args.rules.interceptor_registration,
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

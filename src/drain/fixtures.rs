@@ -105,6 +105,11 @@ impl PodBuilder {
         self.pod.stays = Some(why);
         self
     }
+    /// Interceptors to come that nothing registers (SPEC 5.5).
+    pub fn unregistered(mut self, names: &[&str]) -> Self {
+        self.pod.unregistered = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
     pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {
         self.pod.labels = label_map(labels);
         self

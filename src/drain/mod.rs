@@ -85,6 +85,10 @@ pub struct DrainPod {
     /// Why the pod stays although targeted (a DaemonSet or static pod nothing will remove, see
     /// [`leaving`]); such pods never block progress (SPEC 3.3). `None`: it can leave.
     pub stays: Option<Stay>,
+    /// The interceptors still to come for the pod (not yet processed) that no
+    /// `EvictionInterceptor` registers (SPEC 5.5): the node's message names them. Empty when
+    /// registration is off or unknown.
+    pub unregistered: Vec<String>,
 }
 
 impl DrainPod {
@@ -104,6 +108,7 @@ impl DrainPod {
             terminal: pod.is_terminal(),
             has_request: request.is_some(),
             stays: stays(pod, request, leaving),
+            unregistered: Vec::new(),
         }
     }
 

@@ -385,12 +385,16 @@ impl<'a> State<'a> {
                 self.waiting_message(m)
             };
             let staying: Vec<&&DrainPod> = targeted.iter().filter(|p| !p.leaves()).collect();
+            let waiting: Vec<&&DrainPod> = targeted
+                .iter()
+                .filter(|p| p.leaves() && !p.unregistered.is_empty())
+                .collect();
             node_statuses.push(NodeMaintenanceNodeStatus {
                 node_ref: NodeReference {
                     name: n.to_string(),
                 },
                 drain_targets: eff.to_entries(),
-                drain_message: with_staying(message, &staying),
+                drain_message: with_unregistered(with_staying(message, &staying), &waiting),
                 pods_pending_evacuation: count(targeted.iter().filter(|p| !p.has_request)),
                 pods_evacuating: count(targeted.iter().filter(|p| p.has_request)),
             });
@@ -469,6 +473,50 @@ fn last_index(len: usize) -> usize {
 
 fn count<T>(items: impl Iterator<Item = T>) -> i32 {
     i32::try_from(items.count()).unwrap_or(i32::MAX)
+}
+
+/// At most this many unregistered interceptors are named per pod in a drain message.
+const MAX_NAMED_INTERCEPTORS: usize = 3;
+
+/// Appends the targeted pods whose turn waits on interceptors no `EvictionInterceptor` registers
+/// (SPEC 5.5): a mistyped or uninstalled name costs the drain its deadline (or the grace under
+/// `enforce`), and the administrator should see which.
+fn with_unregistered(message: String, pods: &[&&DrainPod]) -> String {
+    if pods.is_empty() {
+        return message;
+    }
+    let mut named: Vec<String> = pods
+        .iter()
+        .take(MAX_NAMED_PODS)
+        .map(|p| {
+            let mut names: Vec<&str> = p
+                .unregistered
+                .iter()
+                .take(MAX_NAMED_INTERCEPTORS)
+                .map(String::as_str)
+                .collect();
+            let more = p.unregistered.len().saturating_sub(MAX_NAMED_INTERCEPTORS);
+            let more = format!("{more} more");
+            if p.unregistered.len() > MAX_NAMED_INTERCEPTORS {
+                names.push(&more);
+            }
+            format!("{}/{} ({})", p.namespace, p.name, names.join(", "))
+        })
+        .collect();
+    if pods.len() > MAX_NAMED_PODS {
+        named.push(format!("and {} more", pods.len() - MAX_NAMED_PODS));
+    }
+    let verb = if pods.len() == 1 {
+        "pod waits"
+    } else {
+        "pods wait"
+    };
+    format!(
+        "{}; {} {verb} on unregistered interceptors: {}",
+        message.trim_end_matches('.'),
+        pods.len(),
+        named.join(", ")
+    )
 }
 
 /// Appends the targeted pods that stay, each with the reason: they do not block the drain, but an

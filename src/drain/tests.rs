@@ -78,6 +78,33 @@ fn pod_appearing_that_matches_an_earlier_entry_is_targeted_again() {
     );
 }
 
+/// SPEC 5.5: the node's message names the pods whose interceptors to come nothing registers
+/// (three names per pod at most); such pods block as any other.
+#[test]
+fn pods_waiting_on_unregistered_interceptors_are_named() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);
+    w.add([
+        pod("db").on("n").unregistered(&[
+            "a.example.com",
+            "b.example.com",
+            "c.example.com",
+            "d.example.com",
+        ]),
+        pod("web").on("n").unregistered(&["typo.example.com"]),
+        pod("plain").on("n"),
+    ]);
+    w.step();
+    assert!(!w.out("m").drained);
+    w.expect(
+        "m",
+        "n",
+        &[d(MAX)],
+        "Evacuating; 2 pods wait on unregistered interceptors: default/db (a.example.com, \
+         b.example.com, c.example.com, 1 more), default/web (typo.example.com)",
+        None,
+    );
+}
+
 #[test]
 fn staying_daemonset_pod_is_requested_but_does_not_block_drained() {
     let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);

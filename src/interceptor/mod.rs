@@ -14,7 +14,9 @@
 //!   the active interceptor and replaces only the interceptor's own entry, so it passes the
 //!   webhook's rules S2–S4 and never clobbers a concurrent write (a conflict is retried);
 //! - it keeps no state in memory: everything is read back from the request's status, so a
-//!   restarted process carries on where the last one stopped.
+//!   restarted process carries on where the last one stopped;
+//! - it registers the interceptor ([`registration`], SPEC 5.5): creates its `EvictionInterceptor`
+//!   when none exists and renews the object's status heartbeat while it runs.
 //!
 //! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]),
 //! `daemonset.apps.k8s.io` ([`daemonset`]), `horizontalpodautoscaler.autoscaling.k8s.io`
@@ -26,6 +28,7 @@ pub mod deployment;
 pub mod hpa;
 pub mod kubelet;
 mod progress;
+pub mod registration;
 mod runner;
 
 pub use progress::{

@@ -16,7 +16,8 @@ use serde_json::json;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
-use crate::api::EvictionRequest;
+use super::registration::{DEFAULT_RENEWAL, keep_registered};
+use crate::api::{EvictionRequest, ServiceAccountReference};
 
 /// The error type interceptors return from [`Interceptor::progress`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -69,12 +70,18 @@ pub enum Error {
     Encode(String, #[source] serde_json::Error),
 }
 
-/// Runs an [`Interceptor`] against a cluster.
+/// Runs an [`Interceptor`] against a cluster, and keeps it registered (SPEC 5.5): it creates the
+/// interceptor's `EvictionInterceptor` when none exists (with [`Runner::service_accounts`], else
+/// the service account the process runs as) and renews its status heartbeat; it never rewrites
+/// the spec of an object that exists.
 #[derive(Clone)]
 pub struct Runner {
     client: Client,
     settings: Settings,
     namespace: Option<String>,
+    register: bool,
+    service_accounts: Option<Vec<ServiceAccountReference>>,
+    renewal: std::time::Duration,
 }
 
 struct Context<I> {
@@ -90,7 +97,31 @@ impl Runner {
             client,
             settings,
             namespace: None,
+            register: true,
+            service_accounts: None,
+            renewal: DEFAULT_RENEWAL,
         }
+    }
+
+    /// The service accounts to register the interceptor with, when the runner creates its
+    /// `EvictionInterceptor` (default: the one the process runs as, if any). An existing object
+    /// keeps its own.
+    pub fn service_accounts(mut self, accounts: Vec<ServiceAccountReference>) -> Self {
+        self.service_accounts = Some(accounts);
+        self
+    }
+
+    /// How often the registration's heartbeat is renewed (default one minute).
+    pub fn renew_registration_every(mut self, every: std::time::Duration) -> Self {
+        self.renewal = every;
+        self
+    }
+
+    /// Neither creates nor renews the registration (an administrator manages it, or the
+    /// runner's account may not write EvictionInterceptors).
+    pub fn without_registration(mut self) -> Self {
+        self.register = false;
+        self
     }
 
     /// Only the requests of `namespace`.
@@ -109,6 +140,16 @@ impl Runner {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
         };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let registration = self.register.then(|| {
+            tokio::spawn(keep_registered(
+                self.client.clone(),
+                interceptor.name().to_string(),
+                self.service_accounts.clone(),
+                self.renewal,
+                stop.clone(),
+            ))
+        });
         let ctx = Arc::new(Context {
             client: self.client,
             settings: self.settings,
@@ -123,6 +164,10 @@ impl Runner {
                 }
             })
             .await;
+        stop.cancel();
+        if let Some(task) = registration {
+            let _ = task.await;
+        }
     }
 }
 

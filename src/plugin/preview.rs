@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::admission::node_maintenance::canonical_drain_plan;
 use crate::api::{
     DrainPlanEntry, EvictionRequest, NodeMaintenance, NodeMaintenanceSpec, NodeMaintenanceStatus,
-    PodType, Stage,
+    PodType, Registration, Stage,
 };
 use crate::cluster::CachedPod;
 use crate::controller::eviction_request::{implicit_interceptors, target_interceptors};
@@ -121,6 +121,11 @@ pub struct PlannedPod {
     /// (`web-hpa (Deployment web)`; [`name_autoscalers`](super::autoscalers::name_autoscalers)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<String>,
+    /// Its interceptors that no `EvictionInterceptor` registers (SPEC 5.5): each may hold the
+    /// pod up to its heartbeat deadline (or the grace, under `enforce`). See
+    /// [`Preview::mark_unregistered`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unregistered: Vec<String>,
 }
 
 /// The plugin cannot read evictord's flags: it assumes `daemonset.apps.k8s.io` runs, as it does
@@ -138,6 +143,18 @@ pub struct Preview {
 }
 
 impl Preview {
+    /// Names, on each pod, the interceptors `registration` says no EvictionInterceptor registers.
+    pub fn mark_unregistered(&mut self, registration: impl Fn(&str) -> Registration) {
+        for p in &mut self.pods {
+            p.unregistered = p
+                .interceptors
+                .iter()
+                .filter(|n| registration(n) == Registration::NotRegistered)
+                .cloned()
+                .collect();
+        }
+    }
+
     /// The pods of each node that leave: what a drain has to remove.
     pub fn to_evict(&self) -> BTreeMap<String, BTreeSet<String>> {
         let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -340,6 +357,7 @@ fn planned_pod(
         leaves,
         stays: drain.stays.map(|s| s.reason().to_string()),
         autoscaler: None,
+        unregistered: Vec::new(),
     }
 }
 

@@ -127,13 +127,19 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = match (&p.stays, &p.autoscaler) {
+            let mut note = match (&p.stays, &p.autoscaler) {
                 (Some(why), _) => format!("stays: {why}; does not hold the drain"),
                 (None, Some(hpa)) => {
                     format!("HorizontalPodAutoscaler {hpa} gets a higher minReplicas first")
                 }
                 (None, None) => String::new(),
             };
+            if !p.unregistered.is_empty() {
+                if !note.is_empty() {
+                    note.push_str("; ");
+                }
+                note.push_str(&format!("not registered: {}", p.unregistered.join(",")));
+            }
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
                 p.entry.clone(),
@@ -276,5 +282,53 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("other-nm"), "{text}");
+    }
+
+    /// SPEC 5.5: the interceptors no EvictionInterceptor registers are named on each pod (the
+    /// report's NOTE column says "not registered"); unknown registrations name nothing.
+    #[test]
+    fn unregistered_interceptors_are_named() {
+        let nm = maintenance_for("mine", &["n1".into()], &[], None, crate::api::Stage::Drain);
+        let pods = vec![
+            pod("db")
+                .interceptors("typo.example.com,ok.example.com")
+                .build(),
+            pod("ds").daemonset().build(),
+        ];
+        let mut p = preview(&nm, &[], &[node("n1")], &pods, &[], t(0));
+        p.mark_unregistered(|n| {
+            crate::api::Registration::of(
+                n,
+                (n != "daemonset.apps.k8s.io").then_some(n == "ok.example.com"),
+            )
+        });
+        let marked: Vec<(&str, Vec<&str>)> = p
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.unregistered.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            vec![("db", vec!["typo.example.com"]), ("ds", vec![])]
+        );
+        let json = serde_json::to_value(&p.pods[0]).unwrap();
+        assert_eq!(
+            json["unregistered"],
+            serde_json::json!(["typo.example.com"])
+        );
+        assert!(
+            serde_json::to_value(&p.pods[1])
+                .unwrap()
+                .get("unregistered")
+                .is_none()
+        );
+        let report = plan_report(p, &["n1".into()], &[], &[], &[], &[]);
+        let text = plan_text(&report);
+        assert!(text.contains("not registered: typo.example.com"), "{text}");
     }
 }

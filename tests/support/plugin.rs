@@ -40,7 +40,16 @@ pub fn plugin_path() -> String {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-path");
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("kubectl-evictord");
-    match std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-evictord"), &link) {
+    let bin = env!("CARGO_BIN_EXE_kubectl-evictord");
+    // A link to another binary (a target directory copied or moved from another checkout) is
+    // replaced, atomically (a rename), since other test processes may be reading it.
+    if std::fs::read_link(&link).is_ok_and(|t| t != std::path::Path::new(bin)) {
+        let fresh = dir.join(format!("kubectl-evictord.{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        std::os::unix::fs::symlink(bin, &fresh).unwrap();
+        std::fs::rename(&fresh, &link).unwrap();
+    }
+    match std::os::unix::fs::symlink(bin, &link) {
         Ok(()) => {}
         // Made by another test process (or an earlier run) for the same binary.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

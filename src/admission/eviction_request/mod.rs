@@ -1,6 +1,6 @@
 //! Admission of `EvictionRequest` writes (SPEC 2.2): the pure review that the validating webhook
 //! runs on CREATE (E1–E8), UPDATE of the main resource (U1–U5), UPDATE of the `status`
-//! subresource (S1–S6) and DELETE (D1–D2), plus the heartbeat deadline that the rules and the
+//! subresource (S1–S7) and DELETE (D1–D2), plus the heartbeat deadline that the rules and the
 //! controller share.
 //!
 //! Rules run in SPEC order and the first violation is the one reported
@@ -18,6 +18,7 @@ mod delete;
 mod heartbeat;
 mod status;
 mod status_interceptors;
+mod status_registration;
 mod update;
 
 #[cfg(test)]
@@ -52,9 +53,9 @@ pub fn review_eviction_request(
         (Operation::Update, None) => {
             with_objects(req, |old, new| update::review(req, old, new, view))
         }
-        (Operation::Update, Some("status")) => {
-            with_objects(req, |old, new| status::review(req, old, new, settings))
-        }
+        (Operation::Update, Some("status")) => with_objects(req, |old, new| {
+            status::review(req, old, new, view, settings)
+        }),
         (Operation::Delete, None) => with_object(req.old_object, "oldObject", |old| {
             delete::review(req, old, view)
         }),

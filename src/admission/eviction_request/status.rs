@@ -1,15 +1,18 @@
 //! UPDATE of the `status` subresource of an EvictionRequest: rules S1–S3, S5 and S6 (SPEC 2.2);
-//! S4 (the `interceptors[]` entries) lives in [`super::status_interceptors`].
+//! S4 (the `interceptors[]` entries) lives in [`super::status_interceptors`], S7 and the
+//! registration proof of S2 (SPEC 5.5) in [`super::status_registration`].
 //!
 //! The status is written by the controller (first sight, selection, hand-off, conditions, the
 //! imperative interceptor) and by the active interceptor (its own entry). No authorization check
-//! runs here: RBAC on the `status` subresource covers these writes.
+//! runs here: RBAC on the `status` subresource covers these writes, and under
+//! `--interceptor-registration=enforce` rule S7 says whose writes change which entry.
 
 use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 
 use super::status_interceptors::{s4_interceptors, target_names};
+use super::status_registration::{NotRegistered, not_registered_proof, s7_entry_writers};
 use super::{apply, heartbeat_deadline_at};
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::admission::{ReviewRequest, Settings, Verdict};
@@ -17,11 +20,13 @@ use crate::api::{
     CONDITION_CANCELED, CONDITION_EVICTED, EvictionRequest, EvictionRequestStatus,
     IMPERATIVE_INTERCEPTOR, InterceptorStatus, MAX_INTERCEPTORS,
 };
+use crate::cluster::ClusterView;
 
 pub(super) fn review(
     req: &ReviewRequest<'_, EvictionRequest>,
     old: &EvictionRequest,
     new: &EvictionRequest,
+    view: &dyn ClusterView,
     settings: &Settings,
 ) -> Verdict {
     let empty = EvictionRequestStatus::default();
@@ -29,14 +34,25 @@ pub(super) fn review(
     let is = new.status.as_ref().unwrap_or(&empty);
     let mut verdict = Verdict::allow();
     apply(&mut verdict, s1_target_interceptors(was, is, settings));
-    apply(
-        &mut verdict,
-        s2_active_interceptor(old, was, is, req.now, settings),
-    );
+    let s2 = S2 {
+        old,
+        now: req.now,
+        view,
+        settings,
+    };
+    match s2.active_interceptor(was, is) {
+        Ok(Some(warning)) => verdict.warn(warning),
+        other => apply(&mut verdict, other.map(|_| ())),
+    }
     apply(&mut verdict, s3_processed_interceptors(was, is));
     apply(&mut verdict, s4_interceptors(was, is, req.now, settings));
     apply(&mut verdict, s5_final_conditions(was, is));
     apply(&mut verdict, s6_monotonic(was, is));
+    let (s7, warnings) = s7_entry_writers(req.user, was, is, view, settings);
+    apply(&mut verdict, s7);
+    for w in warnings {
+        verdict.warn(w);
+    }
     verdict
 }
 
@@ -105,46 +121,111 @@ fn not_allowlisted(i: usize, name: &str) -> String {
     }
 }
 
-/// S2: at most one active interceptor, a member of `targetInterceptors`, changing only along the
-/// allowed transitions.
-fn s2_active_interceptor(
-    old: &EvictionRequest,
-    was: &EvictionRequestStatus,
-    is: &EvictionRequestStatus,
+/// What rule S2 reads besides the two statuses.
+struct S2<'a> {
+    old: &'a EvictionRequest,
     now: Timestamp,
-    settings: &Settings,
-) -> Result<(), String> {
-    if is.active_interceptors.len() > 1 {
-        return Err(format!(
-            "status.activeInterceptors lists {:?}; at most one interceptor is active at a time (rule S2)",
-            is.active_interceptors
-        ));
-    }
-    let targets = target_names(is);
-    if let Some(y) = is
-        .active_interceptors
-        .first()
-        .filter(|y| !targets.contains(&y.as_str()))
-    {
-        return Err(format!(
-            "status.activeInterceptors: {y:?} is not in status.targetInterceptors {targets:?} (rule S2)"
-        ));
-    }
-    match (was.active_interceptors.first(), is.active_interceptors.first()) {
-        (x, y) if x == y => Ok(()),
-        (None, Some(y)) => s2_activate_next(was, &targets, y),
-        (Some(x), Some(y)) => {
-            s2_follows(&targets, x, y)?;
-            s2_handed_off(old, was, is, x, now, settings)
+    view: &'a dyn ClusterView,
+    settings: &'a Settings,
+}
+
+/// A passed S2 check, with a warning when a proof rested on an unknown registration.
+type S2Outcome = Result<Option<String>, String>;
+
+impl S2<'_> {
+    /// S2: at most one active interceptor, a member of `targetInterceptors`, changing only along
+    /// the allowed transitions.
+    fn active_interceptor(
+        &self,
+        was: &EvictionRequestStatus,
+        is: &EvictionRequestStatus,
+    ) -> S2Outcome {
+        if is.active_interceptors.len() > 1 {
+            return Err(format!(
+                "status.activeInterceptors lists {:?}; at most one interceptor is active at a time (rule S2)",
+                is.active_interceptors
+            ));
         }
-        (Some(_), None) if is.is_terminal() => Ok(()),
-        (Some(x), None) => s2_handed_off(old, was, is, x, now, settings).map_err(|reason| {
-            format!(
-                "{reason}; the active interceptor can only be cleared this way or when the request is \
-                 Evicted or Canceled"
-            )
-        }),
-        (None, None) => Ok(()),
+        let targets = target_names(is);
+        if let Some(y) = is
+            .active_interceptors
+            .first()
+            .filter(|y| !targets.contains(&y.as_str()))
+        {
+            return Err(format!(
+                "status.activeInterceptors: {y:?} is not in status.targetInterceptors {targets:?} (rule S2)"
+            ));
+        }
+        match (was.active_interceptors.first(), is.active_interceptors.first()) {
+            (x, y) if x == y => Ok(None),
+            (None, Some(y)) => s2_activate_next(was, &targets, y).map(|()| None),
+            (Some(x), Some(y)) => {
+                s2_follows(&targets, x, y)?;
+                self.handed_off(was, is, x)
+            }
+            (Some(_), None) if is.is_terminal() => Ok(None),
+            (Some(x), None) => self.handed_off(was, is, x).map_err(|reason| {
+                format!(
+                    "{reason}; the active interceptor can only be cleared this way or when the request is \
+                     Evicted or Canceled"
+                )
+            }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The proof that `x` may stop being active: it is appended to `processedInterceptors` in
+    /// this update, and it had completed or its heartbeat had expired (with the clock skew in its
+    /// favour of the writer, so that a controller whose clock runs slightly ahead is not
+    /// refused) or, under `--interceptor-registration=enforce`, nothing registers it and the
+    /// grace since its activation has passed.
+    fn handed_off(
+        &self,
+        was: &EvictionRequestStatus,
+        is: &EvictionRequestStatus,
+        x: &str,
+    ) -> S2Outcome {
+        let appended = is.processed_interceptors.len() == was.processed_interceptors.len() + 1
+            && is.processed_interceptors.last().map(String::as_str) == Some(x);
+        if !appended {
+            return Err(format!(
+                "status.activeInterceptors: {x:?} must be appended to status.processedInterceptors in the same \
+                 update that deactivates it (rule S2)"
+            ));
+        }
+        let entry = was
+            .interceptor(x)
+            .cloned()
+            .unwrap_or_else(|| InterceptorStatus {
+                name: x.to_string(),
+                ..InterceptorStatus::default()
+            });
+        if entry.completion_time.is_some() {
+            return Ok(None);
+        }
+        let (old, now, settings) = (self.old, self.now, self.settings);
+        let deadline = heartbeat_deadline_at(old, &entry, settings.interceptor_deadline);
+        let skewed_now = now
+            .checked_add(settings.clock_skew)
+            .unwrap_or(Timestamp::MAX);
+        if skewed_now >= deadline {
+            return Ok(None);
+        }
+        match not_registered_proof(old, &entry, now, self.view, settings) {
+            Some(NotRegistered::Confirmed) => return Ok(None),
+            Some(NotRegistered::Unknown(warning)) => return Ok(Some(warning)),
+            None => {}
+        }
+        Err(format!(
+            "status.activeInterceptors: {x:?} cannot be deactivated yet (rule S2): its status.interceptors entry \
+             has no completionTime and its heartbeat deadline {deadline} has not passed (now {now}); wait for \
+             the interceptor to complete or for the deadline{}",
+            if settings.interceptor_registration.enforces() {
+                " (or, if no EvictionInterceptor registers it, for the grace after its activation)"
+            } else {
+                ""
+            }
+        ))
     }
 }
 
@@ -174,49 +255,6 @@ fn s2_follows(targets: &[&str], x: &str, y: &str) -> Result<(), String> {
         "status.activeInterceptors: cannot switch from {x:?} to {y:?} (rule S2): only the interceptor \
          right after {x:?} in status.targetInterceptors ({}) may follow it",
         next.map_or_else(|| "none".to_string(), |n| format!("{n:?}"))
-    ))
-}
-
-/// The proof that `x` may stop being active: it is appended to `processedInterceptors` in this
-/// update, and it had completed or its heartbeat had expired (with the clock skew in its favour
-/// of the writer, so that a controller whose clock runs slightly ahead is not refused).
-fn s2_handed_off(
-    old: &EvictionRequest,
-    was: &EvictionRequestStatus,
-    is: &EvictionRequestStatus,
-    x: &str,
-    now: Timestamp,
-    settings: &Settings,
-) -> Result<(), String> {
-    let appended = is.processed_interceptors.len() == was.processed_interceptors.len() + 1
-        && is.processed_interceptors.last().map(String::as_str) == Some(x);
-    if !appended {
-        return Err(format!(
-            "status.activeInterceptors: {x:?} must be appended to status.processedInterceptors in the same \
-             update that deactivates it (rule S2)"
-        ));
-    }
-    let entry = was
-        .interceptor(x)
-        .cloned()
-        .unwrap_or_else(|| InterceptorStatus {
-            name: x.to_string(),
-            ..InterceptorStatus::default()
-        });
-    if entry.completion_time.is_some() {
-        return Ok(());
-    }
-    let deadline = heartbeat_deadline_at(old, &entry, settings.interceptor_deadline);
-    let skewed_now = now
-        .checked_add(settings.clock_skew)
-        .unwrap_or(Timestamp::MAX);
-    if skewed_now >= deadline {
-        return Ok(());
-    }
-    Err(format!(
-        "status.activeInterceptors: {x:?} cannot be deactivated yet (rule S2): its status.interceptors entry \
-         has no completionTime and its heartbeat deadline {deadline} has not passed (now {now}); wait for \
-         the interceptor to complete or for the deadline"
     ))
 }
 

@@ -33,7 +33,7 @@ pub(super) fn target_names(status: &EvictionRequestStatus) -> Vec<&str> {
 /// which decode as unset already. Without this, a Go client initialising `status.interceptors`
 /// (or writing back a status it read, with `""` where nothing was stored) would change entries
 /// that are not the active interceptor's (rule S4).
-fn as_read(entry: &InterceptorStatus) -> Cow<'_, InterceptorStatus> {
+pub(super) fn as_read(entry: &InterceptorStatus) -> Cow<'_, InterceptorStatus> {
     if entry.message.as_deref() == Some("") {
         Cow::Owned(InterceptorStatus {
             message: None,

@@ -128,6 +128,11 @@ async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<
         Stage::Drain,
     );
     let (mut p, ctx) = preview_of(client, &planned, &selected).await?;
+    if let Some(registered) = read::registered_interceptors(client).await {
+        p.mark_unregistered(|name| {
+            evictord::api::Registration::of(name, Some(registered.contains(name)))
+        });
+    }
     let budgets = read::budgets(client, &ctx.pods).await?;
     let replicasets = read::replicaset_owners(client, &ctx.pods).await?;
     let autoscalers = read::autoscalers(client, &ctx.pods).await?;

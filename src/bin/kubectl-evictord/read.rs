@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client};
 
-use evictord::api::{EvictionRequest, NodeMaintenance};
+use evictord::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 use evictord::cluster::CachedPod;
 use evictord::interceptor::hpa;
 use evictord::interceptor::hpa::record::AutoscalerFacts;
@@ -84,6 +84,20 @@ pub async fn pods_on(client: &Client, nodes: &[String]) -> Result<Vec<CachedPod>
         pods.extend(list.items.into_iter().map(CachedPod::trim));
     }
     Ok(pods)
+}
+
+/// The names of the registered interceptors (EvictionInterceptor objects), or `None` when they
+/// cannot be listed (an evictord without that CRD, or no permission): registration is unknown
+/// then, and nothing is said about it.
+pub async fn registered_interceptors(client: &Client) -> Option<BTreeSet<String>> {
+    let api: Api<EvictionInterceptor> = Api::all(client.clone());
+    let list = api.list(&ListParams::default()).await.ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .filter_map(|i| i.metadata.name)
+            .collect(),
+    )
 }
 
 /// Every NodeMaintenance.

@@ -17,7 +17,7 @@ use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::api::{
     CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, DAEMONSET_INTERCEPTOR,
     EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus,
-    KUBELET_INTERCEPTOR, MAX_POD_INTERCEPTORS, PodType,
+    KUBELET_INTERCEPTOR, MAX_POD_INTERCEPTORS, PodType, Registration,
 };
 use crate::cluster::{CachedPod, pod_type};
 
@@ -28,6 +28,19 @@ pub use super::decision::REASON_POD_DELETED;
 pub const REASON_POD_TERMINATED: &str = "PodTerminated";
 /// Condition reason: every requester withdrew.
 pub const REASON_NO_REQUESTERS: &str = "NoRequesters";
+/// Event reason: an interceptor no EvictionInterceptor registers became active (SPEC 5.5).
+pub const EVENT_UNREGISTERED_INTERCEPTOR: &str = "UnregisteredInterceptor";
+/// Event reason: an unregistered interceptor was passed over after the grace (SPEC 5.5).
+pub const EVENT_INTERCEPTOR_NOT_REGISTERED: &str = "InterceptorNotRegistered";
+
+/// What [`decide_with`] knows around the request besides its pod.
+pub struct Surroundings<'a> {
+    /// The target pod's node announces an `evictord node-agent`, which makes `kubelet.k8s.io`
+    /// the implicit interceptor of the node's mirror pods (step 5).
+    pub node_agent: bool,
+    /// What is known of an interceptor's registration (SPEC 5.5; `Unknown` is never acted on).
+    pub registration: &'a dyn Fn(&str) -> Registration,
+}
 
 /// Decides what to do with `request`, given the cached target pod (`None` when the cache has no
 /// pod of that name) and the time. Pure: no I/O, no clock of its own.
@@ -58,8 +71,27 @@ pub fn decide_on_node(
     now: Timestamp,
     settings: &DecideSettings,
 ) -> Decision {
+    let surroundings = Surroundings {
+        node_agent,
+        registration: &|_| Registration::Unknown,
+    };
+    decide_with(request, pod, &surroundings, now, settings)
+}
+
+/// [`decide`] knowing the pod's node and the interceptor registrations (SPEC 5.5): an
+/// unregistered interceptor that becomes active is told in an `UnregisteredInterceptor` event
+/// (unless registration is off), and under `--interceptor-registration=enforce` it is passed over
+/// `--unregistered-interceptor-grace` after its activation (reason `NotRegistered`).
+pub fn decide_with(
+    request: &EvictionRequest,
+    pod: Option<&CachedPod>,
+    surroundings: &Surroundings<'_>,
+    now: Timestamp,
+    settings: &DecideSettings,
+) -> Decision {
     let mut draft = Draft::new(request, now, settings);
-    draft.node_agent = node_agent;
+    draft.node_agent = surroundings.node_agent;
+    draft.registration = surroundings.registration;
     // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
     let _ = run_steps(&mut draft, pod);
     draft.finish()
@@ -73,6 +105,7 @@ fn run_steps(d: &mut Draft<'_>, pod: Option<&CachedPod>) -> ControlFlow<()> {
     init_interceptors(d, pod);
     observe_generation(d);
     select_interceptor(d);
+    tell_unregistered_activation(d);
     // Step 8 in the same pass: when step 7 has just activated the imperative interceptor, the
     // controller starts its turn in that update (S4 lets the entry of the interceptor active
     // after the update change), so a request without interceptors costs one status write less.
@@ -332,6 +365,19 @@ fn select_interceptor(d: &mut Draft<'_>) {
             );
             d.event("InterceptorTimedOut", EventType::Warning, note);
         }
+        ProcessedReason::NotRegistered => {
+            let note = format!(
+                "Interceptor {active} passed over: no EvictionInterceptor registers it, {} after its \
+                 activation (--interceptor-registration=enforce).",
+                humantime::format_duration(d.settings.unregistered_interceptor_grace)
+            );
+            if let Some(entry) = d.entry_mut(&active)
+                && entry.message.as_deref().is_none_or(str::is_empty)
+            {
+                entry.message = Some(note.clone());
+            }
+            d.event(EVENT_INTERCEPTOR_NOT_REGISTERED, EventType::Warning, note);
+        }
         // `finished` never says so: the Evicted condition records it (`Draft::conclude`).
         ProcessedReason::Evicted => {}
     }
@@ -349,10 +395,11 @@ fn select_interceptor(d: &mut Draft<'_>) {
     }
 }
 
-/// Whether the active interceptor is done, and why; otherwise schedules a look at its deadline.
-/// The imperative interceptor is the controller itself: it heartbeats while it works and is
-/// never timed out, or a request whose controller was down longer than the deadline would be
-/// left with nobody to evict the pod.
+/// Whether the active interceptor is done, and why; otherwise schedules a look at its deadline
+/// (and, for an unregistered one under `enforce`, at the end of its grace). The imperative
+/// interceptor is the controller itself: it heartbeats while it works and is never timed out,
+/// or a request whose controller was down longer than the deadline would be left with nobody to
+/// evict the pod.
 fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
     let entry = d.status.interceptor(name)?;
     if entry.completion_time.is_some() {
@@ -361,12 +408,92 @@ fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
     if name == IMPERATIVE_INTERCEPTOR {
         return None;
     }
+    let grace_end = unregistered_grace_end(d, entry);
+    let look_at_grace_end = grace_end.or_else(|| unknown_grace_end(d, entry));
     let deadline = heartbeat_deadline_at(d.request, entry, d.settings.interceptor_deadline)?;
+    if grace_end.is_some_and(|end| d.now >= end) {
+        return Some(ProcessedReason::NotRegistered);
+    }
     if d.now >= deadline {
         return Some(ProcessedReason::TimedOut);
     }
     d.requeue_at(deadline);
+    // At the end of the grace of an unregistered interceptor, and also when the registration is not known yet (the cache syncing): by the end of the grace it
+    // may be, and a look then costs one reconcile. Never a time already passed (no busy loop
+    // while it stays unknown).
+    if let Some(end) = look_at_grace_end
+        && end > d.now
+    {
+        d.requeue_at(end);
+    }
     None
+}
+
+/// Under `enforce`, when the registration of `entry`'s interceptor is unknown: the end of its
+/// grace, when a look may find out.
+fn unknown_grace_end(d: &Draft<'_>, entry: &InterceptorStatus) -> Option<Timestamp> {
+    if !d.settings.interceptor_registration.enforces()
+        || (d.registration)(&entry.name) != Registration::Unknown
+    {
+        return None;
+    }
+    d.request
+        .unregistered_grace_end_at(entry, d.settings.unregistered_interceptor_grace)
+}
+
+/// Under `enforce`, when the interceptor of `entry` is known not to be registered: the end of its
+/// grace (the definition admission rule S2 checks the hand-over against).
+fn unregistered_grace_end(d: &Draft<'_>, entry: &InterceptorStatus) -> Option<Timestamp> {
+    if !d.settings.interceptor_registration.enforces()
+        || (d.registration)(&entry.name) != Registration::NotRegistered
+    {
+        return None;
+    }
+    d.request
+        .unregistered_grace_end_at(entry, d.settings.unregistered_interceptor_grace)
+}
+
+/// After step 7: when this decision made an interceptor active that no EvictionInterceptor
+/// registers, a warning event says what that costs (and under `enforce`, a look at the end of
+/// its grace is scheduled).
+fn tell_unregistered_activation(d: &mut Draft<'_>) {
+    if !d.settings.interceptor_registration.reports() {
+        return;
+    }
+    let Some(active) = d.status.active_interceptors.first().cloned() else {
+        return;
+    };
+    let was = d
+        .request
+        .status
+        .as_ref()
+        .and_then(|s| s.active_interceptors.first());
+    if was == Some(&active) || (d.registration)(&active) != Registration::NotRegistered {
+        return;
+    }
+    let Some(entry) = d.status.interceptor(&active).cloned() else {
+        return;
+    };
+    let note = match unregistered_grace_end(d, &entry) {
+        Some(end) => {
+            d.requeue_at(end);
+            format!(
+                "Interceptor {active} is active but no EvictionInterceptor registers it: it is passed \
+                 over at {end} unless it completes ({} grace, --interceptor-registration=enforce).",
+                humantime::format_duration(d.settings.unregistered_interceptor_grace)
+            )
+        }
+        None => format!(
+            "Interceptor {active} is active but no EvictionInterceptor registers it: a mistyped or \
+             uninstalled interceptor holds the pod until its heartbeat deadline ({}).",
+            humantime::format_duration(
+                d.request
+                    .spec
+                    .heartbeat_deadline(d.settings.interceptor_deadline)
+            )
+        ),
+    };
+    d.event(EVENT_UNREGISTERED_INTERCEPTOR, EventType::Warning, note);
 }
 
 /// Activates the first unprocessed interceptor, if any is left (with none left the request
@@ -401,3 +528,7 @@ fn activate_next(d: &mut Draft<'_>) {
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "decide_registration_tests.rs"]
+mod registration_tests;

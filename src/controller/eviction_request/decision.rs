@@ -8,7 +8,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::deadline::{until, whole_seconds};
-use crate::api::{EvictionRequest, EvictionRequestStatus, InterceptorStatus};
+use crate::api::{
+    EvictionRequest, EvictionRequestStatus, InterceptorStatus, Registration, RegistrationMode,
+};
 
 /// Condition reason: the target pod was deleted (set by `decide` when the pod is gone, and by
 /// `after_eviction` when the Eviction API says so).
@@ -47,6 +49,11 @@ pub struct DecideSettings {
     /// `daemonset.apps.k8s.io` runs (`--daemonset-interceptor`, default on): DaemonSet pods get it
     /// as an implicit interceptor (step 5, SPEC 5.3).
     pub daemonset_interceptor: bool,
+    /// `--interceptor-registration` (SPEC 5.5): a warning event when an unregistered interceptor
+    /// becomes active (unless `off`); under `enforce` it is passed over after the grace.
+    pub interceptor_registration: RegistrationMode,
+    /// `--unregistered-interceptor-grace` (default 1 min).
+    pub unregistered_interceptor_grace: Duration,
 }
 
 impl Default for DecideSettings {
@@ -61,6 +68,8 @@ impl Default for DecideSettings {
             eviction_api_requester_ttl: Duration::from_secs(600),
             ended_request_retention: Duration::from_secs(4 * 3600),
             daemonset_interceptor: true,
+            interceptor_registration: RegistrationMode::default(),
+            unregistered_interceptor_grace: Duration::from_secs(60),
         }
     }
 }
@@ -104,6 +113,9 @@ pub enum ProcessedReason {
     Completed,
     /// Its heartbeat deadline passed.
     TimedOut,
+    /// No EvictionInterceptor registers it and the grace after its activation passed
+    /// (`--interceptor-registration=enforce`).
+    NotRegistered,
     /// It was active when the request ended Evicted (the imperative interceptor's eviction, or
     /// the pod went away during another interceptor's turn).
     Evicted,
@@ -115,6 +127,7 @@ impl ProcessedReason {
         match self {
             ProcessedReason::Completed => "completed",
             ProcessedReason::TimedOut => "timed_out",
+            ProcessedReason::NotRegistered => "not_registered",
             ProcessedReason::Evicted => "evicted",
         }
     }
@@ -136,7 +149,8 @@ pub(crate) fn joined_notes(first: &str, then: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {
     /// PascalCase reason: `InterceptorSelected`, `InterceptorCompleted`, `InterceptorTimedOut`,
-    /// `InterceptorSkipped`, `EvictionFailed`, `Evicted`, `Canceled`.
+    /// `InterceptorNotRegistered`, `UnregisteredInterceptor`, `InterceptorSkipped`,
+    /// `EvictionFailed`, `Evicted`, `Canceled`.
     pub reason: &'static str,
     /// Normal or Warning.
     pub type_: EventType,
@@ -214,6 +228,8 @@ pub(crate) struct Draft<'a> {
     pub pod_interceptors: Option<usize>,
     /// The target pod's node announces an `evictord node-agent` (step 5).
     pub node_agent: bool,
+    /// What is known of each interceptor's registration (SPEC 5.5).
+    pub registration: &'a dyn Fn(&str) -> Registration,
 }
 
 impl<'a> Draft<'a> {
@@ -230,6 +246,7 @@ impl<'a> Draft<'a> {
             processed: Vec::new(),
             pod_interceptors: None,
             node_agent: false,
+            registration: &|_| Registration::Unknown,
         }
     }
 

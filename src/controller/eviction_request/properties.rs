@@ -4,10 +4,15 @@
 //! and [`after_eviction`], and every write is reviewed by `review_eviction_request`, as
 //! kube-apiserver would send it.
 //!
+//! Each life runs under one `--interceptor-registration` mode with some of its interceptors
+//! registered (SPEC 5.5); the controller writes as evictord, an interceptor as its service
+//! account, so rules S2 and S7 see both.
+//!
 //! Properties:
 //! - every status write of the controller is admitted (its own writes always pass);
 //! - the Eviction API is called only when the imperative interceptor is active and every earlier
-//!   interceptor is processed, having completed or timed out;
+//!   interceptor is processed, having completed, timed out or (under `enforce`) gone unregistered
+//!   past the grace;
 //! - no Eviction API call after the pod was evicted (terminating or gone) or the request ended.
 
 use std::cell::Cell;
@@ -24,7 +29,10 @@ use super::fixtures::{IMP, pod, request, t};
 use super::*;
 use crate::admission::eviction_request::review_eviction_request;
 use crate::admission::{ReviewRequest, Settings, Verdict};
-use crate::api::{EvictionRequest, InterceptorStatus};
+use crate::api::{
+    EvictionInterceptor, EvictionInterceptorSpec, EvictionRequest, InterceptorStatus, Registration,
+    RegistrationMode, ServiceAccountReference,
+};
 use crate::cluster::{CachedPod, StaticView};
 
 /// One thing that happens between two reconciliations.
@@ -92,6 +100,9 @@ struct Life {
     deadline_seconds: Option<i32>,
     events: Vec<Event>,
     answers: Vec<Answer>,
+    mode: RegistrationMode,
+    /// Which of [`NAMES`] an EvictionInterceptor registers.
+    registered: [bool; 3],
 }
 
 fn life() -> impl Strategy<Value = Life> {
@@ -100,13 +111,34 @@ fn life() -> impl Strategy<Value = Life> {
         proptest::option::of(600i32..1300),
         proptest::collection::vec(event(), 1..40),
         proptest::collection::vec(answer(), 1..8),
+        prop_oneof![
+            Just(RegistrationMode::Off),
+            Just(RegistrationMode::Warn),
+            Just(RegistrationMode::Enforce),
+        ],
+        proptest::array::uniform3(any::<bool>()),
     )
-        .prop_map(|(interceptors, deadline_seconds, events, answers)| Life {
-            interceptors,
-            deadline_seconds,
-            events,
-            answers,
-        })
+        .prop_map(
+            |(interceptors, deadline_seconds, events, answers, mode, registered)| Life {
+                interceptors,
+                deadline_seconds,
+                events,
+                answers,
+                mode,
+                registered,
+            },
+        )
+}
+
+/// evictord's own user name in these lives.
+const EVICTORD: &str = "system:serviceaccount:evictord:evictord";
+
+/// The service account of an interceptor of [`NAMES`]: `interceptors/<first label>`.
+fn account(name: &str) -> ServiceAccountReference {
+    ServiceAccountReference {
+        namespace: "interceptors".into(),
+        name: name.split('.').next().unwrap_or_default().into(),
+    }
 }
 
 const NAMES: [&str; 3] = ["a.example.com", "b.example.com", "c.example.com"];
@@ -116,6 +148,8 @@ const NAMES: [&str; 3] = ["a.example.com", "b.example.com", "c.example.com"];
 struct Seen {
     evictions: usize,
     interceptor_writes_admitted: usize,
+    /// Unregistered interceptors passed over after the grace (`enforce`).
+    passed_over: usize,
 }
 
 struct Sim {
@@ -124,6 +158,9 @@ struct Sim {
     now: Timestamp,
     settings: DecideSettings,
     review_settings: Settings,
+    /// The registrations the webhook sees.
+    view: StaticView,
+    registered: [bool; 3],
     /// The Eviction API accepted the eviction (or said the pod was gone).
     evicted: bool,
     seen: Seen,
@@ -135,7 +172,22 @@ impl Sim {
         if let Some(s) = life.deadline_seconds {
             builder = builder.deadline_seconds(s);
         }
-        let settings = DecideSettings::default();
+        let settings = DecideSettings {
+            interceptor_registration: life.mode,
+            ..DecideSettings::default()
+        };
+        let registrations = NAMES
+            .iter()
+            .zip(life.registered)
+            .filter(|(_, r)| *r)
+            .map(|(n, _)| {
+                EvictionInterceptor::new(
+                    n,
+                    EvictionInterceptorSpec {
+                        service_accounts: vec![account(n)],
+                    },
+                )
+            });
         Sim {
             request: builder.build(),
             pod: Some(pod("p").interceptors(&NAMES[..life.interceptors]).build()),
@@ -143,17 +195,36 @@ impl Sim {
             review_settings: Settings {
                 min_heartbeat_interval: settings.min_heartbeat_interval,
                 interceptor_deadline: settings.interceptor_deadline,
+                interceptor_registration: life.mode,
+                unregistered_interceptor_grace: settings.unregistered_interceptor_grace,
+                own_user: Some(EVICTORD.into()),
                 ..Settings::default()
             },
+            view: StaticView::with_objects([], [], [], []).with_interceptors(registrations),
+            registered: life.registered,
             settings,
             evicted: false,
             seen: Seen::default(),
         }
     }
 
-    /// The status webhook's verdict on replacing the stored request by `new`.
-    fn review(&self, new: &EvictionRequest) -> Verdict {
-        let user = UserInfo::default();
+    fn is_registered(&self, name: &str) -> bool {
+        NAMES
+            .iter()
+            .position(|n| *n == name)
+            .is_some_and(|i| self.registered[i])
+    }
+
+    fn registration(&self, name: &str) -> Registration {
+        Registration::of(name, Some(self.is_registered(name)))
+    }
+
+    /// The status webhook's verdict on replacing the stored request by `new`, written by `user`.
+    fn review(&self, new: &EvictionRequest, user: &str) -> Verdict {
+        let user = UserInfo {
+            username: Some(user.into()),
+            ..UserInfo::default()
+        };
         let req = ReviewRequest {
             operation: Operation::Update,
             sub_resource: Some("status"),
@@ -165,7 +236,7 @@ impl Sim {
             dry_run: false,
             now: self.now,
         };
-        review_eviction_request(&req, &StaticView::unknown(), &self.review_settings)
+        review_eviction_request(&req, &self.view, &self.review_settings)
     }
 
     /// Applies a decision of the controller; its status write must be admitted.
@@ -173,7 +244,7 @@ impl Sim {
         if let Some(status) = &d.status {
             let mut new = self.request.clone();
             new.status = Some(status.clone());
-            let verdict = self.review(&new);
+            let verdict = self.review(&new, EVICTORD);
             prop_assert!(
                 verdict.allowed(),
                 "the controller's own write was denied at {}: {:?}\nold: {:#?}\nnew: {:#?}",
@@ -215,14 +286,25 @@ impl Sim {
         );
         for target in earlier {
             let entry = status.interceptor(&target.name);
+            let passed = |end: Option<Timestamp>| end.is_some_and(|end| end <= self.now);
             let done = entry.is_some_and(|e| {
                 e.completion_time.is_some()
-                    || heartbeat_deadline_at(&self.request, e, self.settings.interceptor_deadline)
-                        .is_some_and(|deadline| deadline <= self.now)
+                    || passed(heartbeat_deadline_at(
+                        &self.request,
+                        e,
+                        self.settings.interceptor_deadline,
+                    ))
+                    || (self.settings.interceptor_registration.enforces()
+                        && !self.is_registered(&e.name)
+                        && passed(self.request.unregistered_grace_end_at(
+                            e,
+                            self.settings.unregistered_interceptor_grace,
+                        )))
             });
             prop_assert!(
                 done,
-                "{} neither completed nor timed out before the Eviction API call at {}: {entry:?}",
+                "{} neither completed, timed out nor went unregistered past the grace before the \
+                 Eviction API call at {}: {entry:?}",
                 target.name,
                 self.now
             );
@@ -235,7 +317,23 @@ impl Sim {
         &mut self,
         answers: &mut impl Iterator<Item = Answer>,
     ) -> Result<(), TestCaseError> {
-        let d = decide(&self.request, self.pod.as_ref(), self.now, &self.settings);
+        let registration = |name: &str| self.registration(name);
+        let surroundings = Surroundings {
+            node_agent: false,
+            registration: &registration,
+        };
+        let d = decide_with(
+            &self.request,
+            self.pod.as_ref(),
+            &surroundings,
+            self.now,
+            &self.settings,
+        );
+        self.seen.passed_over += d
+            .processed
+            .iter()
+            .filter(|(_, r)| *r == ProcessedReason::NotRegistered)
+            .count();
         self.apply(&d)?;
         let Some(Action::Evict { uid, .. }) = &d.action else {
             return Ok(());
@@ -288,7 +386,7 @@ impl Sim {
             return;
         };
         edit(entry, write, now);
-        if self.review(&new).allowed() {
+        if self.review(&new, &account(&active).username()).allowed() {
             self.seen.interceptor_writes_admitted += 1;
             self.request = new;
         }
@@ -362,14 +460,15 @@ fn the_controller_writes_pass_admission_and_evicts_only_after_every_earlier_inte
         ..Config::default()
     });
     // `run` takes a `Fn`: the totals are kept in cells.
-    let (evictions, lives_with_eviction, interceptor_writes) =
-        (Cell::new(0), Cell::new(0), Cell::new(0));
+    let (evictions, lives_with_eviction, interceptor_writes, passed_over) =
+        (Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0));
     runner
         .run(&life(), |life| {
             let seen = Sim::new(&life).run(&life)?;
             evictions.set(evictions.get() + seen.evictions);
             lives_with_eviction.set(lives_with_eviction.get() + usize::from(seen.evictions > 0));
             interceptor_writes.set(interceptor_writes.get() + seen.interceptor_writes_admitted);
+            passed_over.set(passed_over.get() + seen.passed_over);
             Ok(())
         })
         .unwrap();
@@ -386,5 +485,10 @@ fn the_controller_writes_pass_admission_and_evicts_only_after_every_earlier_inte
     assert!(
         interceptor_writes >= 500,
         "{interceptor_writes} interceptor writes admitted"
+    );
+    assert!(
+        passed_over.get() >= 50,
+        "{} unregistered interceptors passed over",
+        passed_over.get()
     );
 }

@@ -20,10 +20,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
+use super::decide::EVENT_UNREGISTERED_INTERCEPTOR;
 use super::{
     Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, Retention,
-    after_eviction, bridged_requester, decide_on_node, hold_imperative_selection, retention,
-    tell_selection_with_outcome,
+    Surroundings, after_eviction, bridged_requester, decide_with, hold_imperative_selection,
+    retention, tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::Caches;
@@ -31,7 +32,8 @@ use crate::controller::eviction_api::EvictionApi;
 use crate::controller::own_writes::OwnWrites;
 use crate::drain::leaving::has_node_agent;
 use crate::metrics::{
-    ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics,
+    ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, SourceLabel,
+    metrics,
 };
 
 const CONTROLLER: &str = "evictionrequest";
@@ -179,7 +181,14 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         .and_then(|p| p.spec.node_name.as_deref())
         .and_then(|n| ctx.caches.nodes.get(None, n))
         .is_some_and(|n| has_node_agent(&n));
-    let mut decision = decide_on_node(&req, pod.as_deref(), node_agent, now, &ctx.settings);
+    let mut decision = {
+        let caches = &ctx.caches;
+        let surroundings = Surroundings {
+            node_agent,
+            registration: &|name| caches.registration(name),
+        };
+        decide_with(&req, pod.as_deref(), &surroundings, now, &ctx.settings)
+    };
     // Told with the call's outcome: one event per pass (and one write fewer per eviction).
     let selection = hold_imperative_selection(&mut decision);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
@@ -342,6 +351,19 @@ async fn apply(
     }
     if let Some(n) = d.pod_interceptors {
         metrics().pod_interceptors.observe(n as f64);
+    }
+    let unregistered = d
+        .events
+        .iter()
+        .filter(|e| e.reason == EVENT_UNREGISTERED_INTERCEPTOR)
+        .count();
+    if unregistered > 0 {
+        metrics()
+            .unregistered_interceptors
+            .get_or_create(&SourceLabel {
+                source: "activation",
+            })
+            .inc_by(unregistered as u64);
     }
     for (interceptor, reason) in &d.processed {
         metrics()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::{EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionRequest, NodeMaintenance, Registration};
 use crate::cluster::CachedPod;
 use crate::drain::holds::selects_node;
 pub use crate::drain::holds::{holds_nodes, is_draining};
@@ -123,6 +123,37 @@ pub fn drain_input<R: std::ops::Deref<Target = EvictionRequest>>(
     DrainInput {
         maintenances: inputs,
         pods: by_node,
+    }
+}
+
+/// Fills each pod's [`DrainPod::unregistered`] (SPEC 5.5): the interceptors still to come for it
+/// — its request's `targetInterceptors` not yet processed, or, before it has a request, the ones
+/// its annotation declares — that `registration` says no EvictionInterceptor registers.
+pub fn mark_unregistered<R: std::ops::Deref<Target = EvictionRequest>>(
+    input: &mut DrainInput,
+    pods: &[Arc<CachedPod>],
+    request: impl Fn(&str, &str) -> Option<R>,
+    registration: impl Fn(&str) -> Registration,
+) {
+    let by_uid: BTreeMap<&str, &CachedPod> = pods.iter().map(|p| (p.uid(), p.as_ref())).collect();
+    for pod in input.pods.values_mut().flatten() {
+        let Some(cached) = by_uid.get(pod.uid.as_str()) else {
+            continue;
+        };
+        let status = request(&pod.namespace, &pod.uid).and_then(|r| r.status.clone());
+        let to_come: Vec<String> = match status.filter(|s| !s.target_interceptors.is_empty()) {
+            Some(s) => s
+                .target_interceptors
+                .into_iter()
+                .map(|t| t.name)
+                .filter(|n| !s.processed_interceptors.contains(n))
+                .collect(),
+            None => cached.interceptors(),
+        };
+        pod.unregistered = to_come
+            .into_iter()
+            .filter(|n| registration(n) == Registration::NotRegistered)
+            .collect();
     }
 }
 
@@ -277,5 +308,72 @@ mod tests {
             .collect();
         assert_eq!(on_one, vec![("p1", true), ("p2", false)]);
         assert!(!input.pods.contains_key("two"));
+    }
+
+    /// SPEC 5.5: before its request, a pod's declared interceptors; then its request's targets
+    /// not yet processed; only those known not to be registered (never the imperative one).
+    #[test]
+    fn unregistered_interceptors_still_to_come() {
+        use crate::api::{INTERCEPTORS_ANNOTATION, InterceptorReference};
+        let nodes = [node("one", "a")];
+        let ms = [maintenance("m", Stage::Drain, "a", &[])];
+        let annotated = |name: &str| {
+            let mut p = (*pod(name, "one")).clone();
+            p.metadata.annotations = Some(
+                [(
+                    INTERCEPTORS_ANNOTATION.to_string(),
+                    "typo.example.com, ok.example.com, unknown.example.com".to_string(),
+                )]
+                .into(),
+            );
+            Arc::new(p)
+        };
+        let pods = [annotated("fresh"), annotated("requested")];
+        let request = |_: &str, uid: &str| {
+            (uid == "uid-requested").then(|| {
+                let mut r = EvictionRequest::new(uid, crate::api::EvictionRequestSpec::default());
+                let status = r.status.get_or_insert_with(Default::default);
+                status.target_interceptors = [
+                    "typo.example.com",
+                    "late.example.com",
+                    "imperative-eviction.k8s.io",
+                ]
+                .iter()
+                .map(|n| InterceptorReference {
+                    name: n.to_string(),
+                })
+                .collect();
+                status.processed_interceptors = vec!["typo.example.com".into()];
+                Arc::new(r)
+            })
+        };
+        let mut input = drain_input(&ms, &nodes, &pods, request, true);
+        let registration = |name: &str| {
+            Registration::of(
+                name,
+                match name {
+                    "ok.example.com" => Some(true),
+                    "unknown.example.com" => None,
+                    _ => Some(false),
+                },
+            )
+        };
+        mark_unregistered(&mut input, &pods, request, registration);
+        let marked: Vec<(&str, Vec<&str>)> = input.pods["one"]
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.unregistered.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            vec![
+                ("fresh", vec!["typo.example.com"]),
+                ("requested", vec!["late.example.com"])
+            ]
+        );
     }
 }

@@ -26,7 +26,8 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::cordon::{NodePatch, cordon, restore};
 use super::gather::{
-    drain_input, evacuation_totals, holds_nodes, is_draining, selected_nodes, selects,
+    drain_input, evacuation_totals, holds_nodes, is_draining, mark_unregistered, selected_nodes,
+    selects,
 };
 use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
 use super::stages::{
@@ -59,6 +60,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// `daemonset.apps.k8s.io` runs (`--daemonset-interceptor`): DaemonSet pods leave through it.
     pub daemonset_interceptor: bool,
+    /// `--interceptor-registration`: node messages name unregistered interceptors unless `off`.
+    pub interceptor_registration: crate::api::RegistrationMode,
 }
 
 fn controller_label() -> ControllerLabel {
@@ -317,13 +320,22 @@ fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<Ca
     let maintenances = ctx.caches.node_maintenances.all();
     let pods = ctx.caches.pods.all();
     let requests = &ctx.caches.eviction_requests;
-    let input = drain_input(
+    let mut input = drain_input(
         &maintenances,
         nodes,
         &pods,
         |ns, uid| requests.get(Some(ns), uid),
         ctx.daemonset_interceptor,
     );
+    if ctx.interceptor_registration.reports() {
+        let caches = &ctx.caches;
+        mark_unregistered(
+            &mut input,
+            &pods,
+            |ns, uid| requests.get(Some(ns), uid),
+            |name| caches.registration(name),
+        );
+    }
     (plan_drain(&input), pods)
 }
 
