@@ -14,6 +14,7 @@ pub mod fixtures;
 pub mod interceptor;
 pub mod kubelet;
 pub mod plugin;
+pub mod pool;
 pub mod process;
 pub mod surge;
 pub mod tls_client;
