@@ -377,7 +377,7 @@ async fn run_mode(
                 if t0.elapsed() >= p.timeout {
                     break;
                 }
-                calls.push(kubectl_drain(c, &[node.clone()], p, t0, &log).await?);
+                calls.push(kubectl_drain(c, std::slice::from_ref(node), p, t0, &log).await?);
             }
             let all =
                 calls.len() == pool.drained.len() && calls.iter().all(|c| c.exit_code == Some(0));
