@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// evicted) with the controllers.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub deployment_interceptor: bool,
+    /// Run the `daemonset.apps.k8s.io` interceptor with the controllers: a node maintenance in
+    /// Drain removes DaemonSet pods in plan order and keeps them off the node (the
+    /// `evictord.dev/maintenance` taint) until it completes. `=false`: DaemonSet pods stay, as
+    /// with `kubectl drain --ignore-daemonsets`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub daemonset_interceptor: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

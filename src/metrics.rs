@@ -72,6 +72,28 @@ pub struct StageLabel {
     pub stage: &'static str,
 }
 
+/// The `result` values of `evictionrequest_controller_imperative_evictions`.
+pub const IMPERATIVE_EVICTION_RESULTS: &[&str] =
+    &["success", "pod_gone", "too_many_requests", "failure"];
+/// The `outcome` values of `evictord_eviction_api_calls`.
+pub const EVICTION_API_OUTCOMES: &[&str] = &[
+    "intercepted",
+    "allowed_no_interceptors",
+    "allowed_own_eviction",
+    "allowed_terminating",
+    "allowed_evicted",
+    "allowed_dry_run",
+    "allowed_pod_not_found",
+    "allowed_unknown",
+    "error",
+];
+/// The `result` values of `evictord_deployment_interceptor_surges`.
+pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned", "skipped"];
+/// The `result` values of `evictord_daemonset_interceptor_pods`.
+pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
+/// The `controller` values of the reconcile metrics.
+pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
+
 /// Every metric of the process.
 pub struct Metrics {
     /// Admission requests by resource, operation and verdict.
@@ -115,6 +137,10 @@ pub struct Metrics {
     pub deployment_surges: Family<ResultLabel, Counter>,
     /// Time from the Deployment interceptor's start to its surge pods being available.
     pub deployment_time_to_available: Histogram,
+    /// DaemonSet pods the `daemonset.apps.k8s.io` interceptor handled, by result: `removed`,
+    /// `kept` (its DaemonSet tolerates the maintenance taint), `not_targeted` (no maintenance in
+    /// Drain targets it), `not_daemonset`.
+    pub daemonset_pods: Family<ResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -153,8 +179,10 @@ impl Metrics {
             drain_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             deployment_surges: Family::default(),
             deployment_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            daemonset_pods: Family::default(),
             registry: Registry::default(),
         };
+        m.zero_series();
         let r = &mut m.registry;
         r.register(
             "evictord_admission_requests",
@@ -256,7 +284,44 @@ impl Metrics {
             "Time from the Deployment interceptor's start until its surge pods are available",
             m.deployment_time_to_available.clone(),
         );
+        r.register(
+            "evictord_daemonset_interceptor_pods",
+            "DaemonSet pods handled by the daemonset.apps.k8s.io interceptor, by result",
+            m.daemonset_pods.clone(),
+        );
         m
+    }
+
+    /// Creates every series whose labels take a known, fixed set of values, at zero: they are
+    /// exposed before anything happens, so `rate()`, alerts and dashboards see zeros rather than
+    /// nothing (and a scrape shows every family).
+    fn zero_series(&self) {
+        for &result in IMPERATIVE_EVICTION_RESULTS {
+            drop(
+                self.imperative_evictions
+                    .get_or_create(&ResultLabel { result }),
+            );
+        }
+        for &outcome in EVICTION_API_OUTCOMES {
+            drop(
+                self.eviction_api_calls
+                    .get_or_create(&OutcomeLabel { outcome }),
+            );
+        }
+        for &result in SURGE_RESULTS {
+            drop(
+                self.deployment_surges
+                    .get_or_create(&ResultLabel { result }),
+            );
+        }
+        for &result in DAEMONSET_RESULTS {
+            drop(self.daemonset_pods.get_or_create(&ResultLabel { result }));
+        }
+        for &controller in CONTROLLERS {
+            let label = ControllerLabel { controller };
+            drop(self.reconcile_retries.get_or_create(&label));
+            drop(self.reconcile_duration.get_or_create(&label));
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -303,5 +368,20 @@ mod tests {
             text.contains("# TYPE evictord_admission_duration_seconds histogram"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn fixed_label_values_are_exposed_at_zero() {
+        let text = Metrics::new().encode();
+        for series in [
+            "evictionrequest_controller_imperative_evictions_total{result=\"too_many_requests\"} 0",
+            "evictord_eviction_api_calls_total{outcome=\"intercepted\"} 0",
+            "evictord_deployment_interceptor_surges_total{result=\"undone\"} 0",
+            "evictord_daemonset_interceptor_pods_total{result=\"kept\"} 0",
+            "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
+            "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in\n{text}");
+        }
     }
 }

@@ -5,30 +5,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use support::tools::run;
-
-fn promtool() -> PathBuf {
-    let dir = match std::env::var_os("PROMTOOL_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/promtool.sh");
-            let out = Command::new("bash")
-                .arg(script)
-                .output()
-                .expect("running tests/tools/promtool.sh");
-            assert!(
-                out.status.success(),
-                "tests/tools/promtool.sh failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-    };
-    dir.join("promtool")
-}
+use support::tools::{promtool, run};
 
 /// `{"groups": ...}` of the chart's PrometheusRule, rendered for namespace `evictord` with the
 /// default thresholds, as a Prometheus rules file (JSON is YAML).

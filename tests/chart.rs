@@ -422,6 +422,8 @@ async fn default_values_apply_to_the_real_control_plane() {
 async fn full_values_apply_to_the_real_control_plane() {
     let c = support::cluster().await;
     let full = full_values();
+    // ci/full-values.yaml puts the dashboard ConfigMap where Grafana's sidecar watches.
+    create_namespace(c, "monitoring");
     let docs = apply_chart(c, "t", "evictord-full-ns", Some(&full)).await;
     let real: Vec<&str> = docs
         .iter()
@@ -429,6 +431,20 @@ async fn full_values_apply_to_the_real_control_plane() {
         .map(kind)
         .collect();
     assert!(real.contains(&"ServiceMonitor") && real.contains(&"PrometheusRule"));
+    ok(
+        "kubectl get the dashboard ConfigMap",
+        &kubectl(
+            c,
+            &[
+                "get",
+                "configmap",
+                "-n",
+                "monitoring",
+                "evictord-full-dashboard",
+            ],
+            None,
+        ),
+    );
     ok(
         "kubectl get the PrometheusRule",
         &kubectl(

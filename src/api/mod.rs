@@ -6,6 +6,7 @@
 mod crds;
 mod eviction_request;
 mod node_maintenance;
+pub mod taint;
 pub mod time;
 
 pub use crds::{all_crds, crds_yaml};
@@ -56,6 +57,9 @@ pub const NODE_AGENT_ANNOTATION: &str = "evictord.dev/node-agent";
 /// Key of the `NoSchedule` taint that keeps the DaemonSet controller from recreating drained
 /// DaemonSet pods on a node under maintenance (SPEC 5.3).
 pub const MAINTENANCE_TAINT: &str = "evictord.dev/maintenance";
+/// Node annotation remembering whether the node carried the maintenance taint before a
+/// maintenance placed it (`"true"`: someone else did, and Complete leaves it).
+pub const MAINTENANCE_TAINT_BEFORE_ANNOTATION: &str = "evictord.dev/maintenance-taint-before";
 /// Node label marking control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 

@@ -15,7 +15,10 @@ use tokio::sync::{broadcast, watch};
 use tracing::{debug, warn};
 
 use super::CachedPod;
-use crate::api::{EvictionRequest, NodeMaintenance, UNSCHEDULABLE_BEFORE_ANNOTATION};
+use crate::api::{
+    EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION, NODE_AGENT_ANNOTATION, NodeMaintenance,
+    UNSCHEDULABLE_BEFORE_ANNOTATION,
+};
 
 /// Capacity of each change channel; a controller that lags further behind skips to the latest
 /// changes (and its periodic resync catches up: the eviction request controller reconciles every
@@ -192,16 +195,22 @@ fn trim_meta<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// Nodes keep name, labels, the unschedulable flag and evictord's own annotation.
+/// Nodes keep name, labels, the unschedulable flag, the taints (the maintenance taint is written
+/// as part of the whole list) and evictord's own annotations.
 fn trim_node(node: &mut Node) {
     let m = &mut node.metadata;
     m.managed_fields = None;
     if let Some(a) = m.annotations.as_mut() {
-        a.retain(|k, _| k == UNSCHEDULABLE_BEFORE_ANNOTATION);
+        a.retain(|k, _| {
+            k == UNSCHEDULABLE_BEFORE_ANNOTATION
+                || k == MAINTENANCE_TAINT_BEFORE_ANNOTATION
+                || k == NODE_AGENT_ANNOTATION
+        });
     }
-    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable);
+    let spec = node.spec.take().unwrap_or_default();
     node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-        unschedulable,
+        unschedulable: spec.unschedulable,
+        taints: spec.taints,
         ..Default::default()
     });
     node.status = None;

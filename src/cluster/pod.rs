@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -172,6 +173,16 @@ pub struct CachedPodSpec {
         skip_serializing_if = "is_false"
     )]
     pub workload_ref: bool,
+    /// Whether `spec.tolerations` tolerate the maintenance taint (SPEC 5.3): a DaemonSet pod that
+    /// does would be recreated at once, so it is not removed. Decoded from the tolerations, which
+    /// are not kept.
+    #[serde(
+        default,
+        rename = "tolerations",
+        deserialize_with = "tolerates_maintenance_taint",
+        skip_serializing
+    )]
+    pub tolerates_maintenance_taint: bool,
     /// Successor of `workloadRef` in newer Kubernetes versions.
     #[serde(
         default,
@@ -193,6 +204,11 @@ pub struct CachedPodStatus {
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     let v = Option::<serde::de::IgnoredAny>::deserialize(d)?;
     Ok(v.is_some())
+}
+
+fn tolerates_maintenance_taint<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let tolerations = Option::<Vec<Toleration>>::deserialize(d)?.unwrap_or_default();
+    Ok(crate::api::taint::tolerates_maintenance_taint(&tolerations))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -384,7 +400,9 @@ mod tests {
                     {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "c"}
                 ]
             },
-            "spec": {"nodeName": "n1", "priority": 7, "containers": [{"name": "c", "image": "i"}], "workloadRef": {"name": "w"}},
+            "spec": {"nodeName": "n1", "priority": 7, "containers": [{"name": "c", "image": "i"}], "workloadRef": {"name": "w"},
+                     "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+                                     {"key": "evictord.dev/maintenance", "operator": "Exists"}]},
             "status": {"phase": "Running", "conditions": []}
         }))
         .unwrap();
@@ -396,6 +414,7 @@ mod tests {
         assert!(pod.is_daemonset_pod() && pod.in_workload() && !pod.is_terminal());
         assert_eq!(pod_type(&pod), PodType::DaemonSet);
         assert_eq!(pod.priority(), 7);
+        assert!(pod.spec.tolerates_maintenance_taint);
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str()),

@@ -98,6 +98,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
                 extra_k8s_io_interceptors: args.rules.settings().extra_k8s_io_interceptors,
                 eviction_api_requester_ttl: args.rules.eviction_api_requester_ttl,
                 ended_request_retention: args.ended_request_retention,
+                daemonset_interceptor: args.daemonset_interceptor,
                 ..Default::default()
             },
             events: events.clone(),
@@ -117,6 +118,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             client: client.clone(),
             caches: caches.clone(),
             recorder: Recorder::new(client.clone(), reporter("evictord")),
+            daemonset_interceptor: args.daemonset_interceptor,
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(
@@ -132,6 +134,19 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         };
         info!("starting the deployment.apps.k8s.io interceptor");
         tasks.push(tokio::spawn(crate::interceptor::deployment::run(
+            client.clone(),
+            settings,
+            term.clone(),
+        )));
+    }
+    if args.daemonset_interceptor {
+        let settings = crate::interceptor::Settings {
+            min_heartbeat_interval: args.rules.min_heartbeat_interval,
+            default_deadline: args.rules.interceptor_deadline,
+            ..Default::default()
+        };
+        info!("starting the daemonset.apps.k8s.io interceptor");
+        tasks.push(tokio::spawn(crate::interceptor::daemonset::run(
             client.clone(),
             settings,
             term.clone(),

@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::api::{DrainPlanEntry, NodeMaintenanceNodeStatus, PodType};
 
-use super::{DrainInput, DrainOutput, DrainPod, MaintenanceInput, MaintenanceOutput, plan_drain};
+use super::{
+    DrainInput, DrainOutput, DrainPod, MaintenanceInput, MaintenanceOutput, Stay, plan_drain,
+};
 
 /// `i32::MAX`, the highest priority.
 pub const MAX: i32 = i32::MAX;
@@ -66,7 +68,7 @@ pub struct PodBuilder {
     pub pod: DrainPod,
 }
 
-/// A running, evictable Default pod of priority 0 in namespace `default`, uid `uid-<name>`.
+/// A running Default pod of priority 0 in namespace `default`, uid `uid-<name>`.
 pub fn pod(name: &str) -> PodBuilder {
     PodBuilder {
         node: String::new(),
@@ -74,7 +76,6 @@ pub fn pod(name: &str) -> PodBuilder {
             name: name.to_string(),
             namespace: "default".to_string(),
             uid: format!("uid-{name}"),
-            evictable: true,
             ..DrainPod::default()
         },
     }
@@ -89,21 +90,19 @@ impl PodBuilder {
         self.pod.priority = p;
         self
     }
-    /// A DaemonSet pod without interceptors: the Eviction API cannot remove it.
+    /// A DaemonSet pod (it leaves through `daemonset.apps.k8s.io` unless it [`Self::stays`]).
     pub fn ds(mut self) -> Self {
         self.pod.pod_type = PodType::DaemonSet;
-        self.pod.evictable = false;
         self
     }
-    /// A static pod without interceptors: the Eviction API cannot remove it.
+    /// A static pod (it leaves through the node agent unless it [`Self::stays`]).
     pub fn static_pod(mut self) -> Self {
         self.pod.pod_type = PodType::Static;
-        self.pod.evictable = false;
         self
     }
-    /// Declares an interceptor, which makes DaemonSet and static pods evictable.
-    pub fn intercepted(mut self) -> Self {
-        self.pod.evictable = true;
+    /// Nothing will remove the pod, for this reason.
+    pub fn stays(mut self, why: Stay) -> Self {
+        self.pod.stays = Some(why);
         self
     }
     pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {

@@ -358,17 +358,12 @@ fn pod_types_and_label_selectors_progression() {
             .priority(1500)
             .labels(&[("app", "mysql")]),
         pod("p-high").on("five").priority(1_000_000),
-        pod("ds-low").on("five").priority(500).ds().intercepted(),
-        pod("ds-high")
-            .on("five")
-            .priority(2_000_000_000)
-            .ds()
-            .intercepted(),
+        pod("ds-low").on("five").priority(500).ds(),
+        pod("ds-high").on("five").priority(2_000_000_000).ds(),
         pod("static")
             .on("five")
             .priority(2_000_001_000)
-            .static_pod()
-            .intercepted(),
+            .static_pod(),
     ]);
     let steps: [(&[&str], Vec<_>, i32, i32); 6] = [
         (&[], vec![d(1000), d(1000).sel(pg)], 0, 1),

@@ -9,6 +9,7 @@
 //! [`holds`] says which maintenances hold a node and which one targets a pod.
 
 pub mod holds;
+pub mod leaving;
 pub mod plan;
 pub mod targets;
 
@@ -25,8 +26,10 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use crate::api::{DrainPlanEntry, IMPERATIVE_INTERCEPTOR, NodeMaintenanceNodeStatus, PodType};
+use crate::api::{DrainPlanEntry, EvictionRequest, NodeMaintenanceNodeStatus, PodType};
 use crate::cluster::{CachedPod, pod_type};
+
+pub use leaving::{Leaving, Stay, stays};
 
 pub use plan::plan_drain;
 pub use targets::{TargetSet, covers, least_powerful, never_backwards, target_set_at, targets_at};
@@ -79,30 +82,34 @@ pub struct DrainPod {
     pub terminal: bool,
     /// An EvictionRequest for this pod exists (whoever requested it).
     pub has_request: bool,
-    /// False for DaemonSet and static pods whose only interceptor would be the default one: the
-    /// Eviction API cannot remove them, so they never block progress (SPEC 3.3).
-    pub evictable: bool,
+    /// Why the pod stays although targeted (a DaemonSet or static pod nothing will remove, see
+    /// [`leaving`]); such pods never block progress (SPEC 3.3). `None`: it can leave.
+    pub stays: Option<Stay>,
 }
 
 impl DrainPod {
-    /// Builds the drain view of a cached pod.
-    pub fn from_cached(pod: &CachedPod, has_request: bool) -> Self {
-        let pod_type = pod_type(pod);
-        let only_default_interceptor = pod
-            .interceptors()
-            .iter()
-            .all(|i| i == IMPERATIVE_INTERCEPTOR);
+    /// Builds the drain view of a cached pod and its EvictionRequest, if any.
+    pub fn from_cached(
+        pod: &CachedPod,
+        request: Option<&EvictionRequest>,
+        leaving: Leaving,
+    ) -> Self {
         DrainPod {
             name: pod.name().to_string(),
             namespace: pod.namespace().to_string(),
             uid: pod.uid().to_string(),
-            pod_type,
+            pod_type: pod_type(pod),
             priority: pod.priority(),
             labels: pod.labels().to_map(),
             terminal: pod.is_terminal(),
-            has_request,
-            evictable: pod_type == PodType::Default || !only_default_interceptor,
+            has_request: request.is_some(),
+            stays: stays(pod, request, leaving),
         }
+    }
+
+    /// True when the pod can leave its node (see [`DrainPod::stays`]).
+    pub fn leaves(&self) -> bool {
+        self.stays.is_none()
     }
 }
 
@@ -128,8 +135,8 @@ pub struct MaintenanceOutput {
     /// Events to record on the maintenance.
     pub events: Vec<DrainEvent>,
     /// Every non-terminal pod on a selected node that the node's effective targets match, also
-    /// those that already have a request (the maintenance joins it) and those the Eviction API
-    /// cannot remove (their interceptors may still act). Maintenances sharing a node list the same
+    /// those that already have a request (the maintenance joins it) and those that stay (their
+    /// interceptors may still act, and the request shows why they stay). Maintenances sharing a node list the same
     /// pods; the shell creates or joins one request per pod.
     pub pods_to_request: Vec<PodRef>,
 }

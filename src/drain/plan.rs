@@ -20,7 +20,7 @@ use crate::api::{NodeMaintenanceNodeStatus, NodeReference};
 use super::targets::{TargetSet, target_set_at};
 use super::{DrainEvent, DrainInput, DrainOutput, DrainPod, MaintenanceOutput, PodRef};
 
-/// At most this many non-evictable pods are named in a drain message.
+/// At most this many staying pods are named in a drain message.
 const MAX_NAMED_PODS: usize = 5;
 
 /// Decides plan positions, node statuses, requests and events for every maintenance in stage
@@ -29,7 +29,7 @@ const MAX_NAMED_PODS: usize = 5;
 /// # Guarantees
 /// - A node's targets never move below what any recorded status shows for it.
 /// - A maintenance only advances when each of its nodes has effective targets covering its own
-///   and no evictable, non-terminal pod matching them remains.
+///   and no non-terminal pod that can leave matching them remains.
 /// - Output maintenances are in input order; node statuses in the order of their `nodes`.
 pub fn plan_drain(input: &DrainInput) -> DrainOutput {
     let mut state = State::new(input);
@@ -101,7 +101,7 @@ struct State<'a> {
     own: Vec<TargetSet>,
     /// Effective targets of each node (filled by `evaluate`).
     eff: BTreeMap<&'a str, TargetSet>,
-    /// Nodes with no evictable, non-terminal pod matching their effective targets.
+    /// Nodes with no non-terminal pod that can leave matching their effective targets.
     finished: BTreeSet<&'a str>,
 }
 
@@ -384,13 +384,13 @@ impl<'a> State<'a> {
             } else {
                 self.waiting_message(m)
             };
-            let non_evictable: Vec<&&DrainPod> = targeted.iter().filter(|p| !p.evictable).collect();
+            let staying: Vec<&&DrainPod> = targeted.iter().filter(|p| !p.leaves()).collect();
             node_statuses.push(NodeMaintenanceNodeStatus {
                 node_ref: NodeReference {
                     name: n.to_string(),
                 },
                 drain_targets: eff.to_entries(),
-                drain_message: with_non_evictable(message, &non_evictable),
+                drain_message: with_staying(message, &staying),
                 pods_pending_evacuation: count(targeted.iter().filter(|p| !p.has_request)),
                 pods_evacuating: count(targeted.iter().filter(|p| p.has_request)),
             });
@@ -449,9 +449,9 @@ impl<'a> State<'a> {
     }
 }
 
-/// An evictable, non-terminal pod the targets match: the node has not finished.
+/// A non-terminal pod that can leave and the targets match: the node has not finished.
 fn blocks(pod: &DrainPod, targets: &TargetSet) -> bool {
-    pod.evictable && !pod.terminal && targets.matches(pod.pod_type, pod.priority, &pod.labels)
+    pod.leaves() && !pod.terminal && targets.matches(pod.pod_type, pod.priority, &pod.labels)
 }
 
 /// The first (in the given order) maintenance whose own targets are not strictly above another's.
@@ -471,23 +471,30 @@ fn count<T>(items: impl Iterator<Item = T>) -> i32 {
     i32::try_from(items.count()).unwrap_or(i32::MAX)
 }
 
-/// Appends the targeted pods the Eviction API cannot remove: they do not block the drain, but
-/// an administrator should know they are still there.
-fn with_non_evictable(message: String, pods: &[&&DrainPod]) -> String {
+/// Appends the targeted pods that stay, each with the reason: they do not block the drain, but an
+/// administrator should know they are still there and why.
+fn with_staying(message: String, pods: &[&&DrainPod]) -> String {
     if pods.is_empty() {
         return message;
     }
     let mut names: Vec<String> = pods
         .iter()
         .take(MAX_NAMED_PODS)
-        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .map(|p| {
+            let why = p.stays.map_or("", super::Stay::reason);
+            format!("{}/{} ({why})", p.namespace, p.name)
+        })
         .collect();
     if pods.len() > MAX_NAMED_PODS {
         names.push(format!("and {} more", pods.len() - MAX_NAMED_PODS));
     }
-    let noun = if pods.len() == 1 { "pod" } else { "pods" };
+    let verb = if pods.len() == 1 {
+        "pod stays"
+    } else {
+        "pods stay"
+    };
     format!(
-        "{}; {} {noun} not evictable by the API: {}",
+        "{}; {} {verb}: {}",
         message.trim_end_matches('.'),
         pods.len(),
         names.join(", ")

@@ -15,6 +15,7 @@ use proptest::test_runner::{Config, TestRunner};
 use crate::admission::node_maintenance::{canonical_drain_plan, drain_plan_order};
 use crate::api::{DrainPlanEntry, PodType};
 
+use super::Stay;
 use super::fixtures::{MAX, WithSelector, World, nm, pod};
 use super::targets::{TargetSet, target_set_at};
 
@@ -128,7 +129,8 @@ fn the_drain_plan_order_is_total_and_the_canonical_plan_is_sorted_whatever_the_i
         .unwrap();
 }
 
-/// A pod: node (index into [`NODES`]), type, priority, label, terminal, declares an interceptor.
+/// A pod: node (index into [`NODES`]), type, priority, label, terminal, can leave (DaemonSet and
+/// static pods only: an interceptor removes it; Default pods always can).
 type RandomPod = (
     usize,
     PodType,
@@ -191,15 +193,15 @@ fn world(c: &Cluster) -> (World, Vec<Vec<DrainPlanEntry>>) {
             .collect(),
     );
     w.add(c.pods.iter().enumerate().map(
-        |(i, &(node, pod_type, priority, label, terminal, intercepted))| {
+        |(i, &(node, pod_type, priority, label, terminal, leaves))| {
             let mut p = pod(&format!("p{i}")).on(NODES[node]).priority(priority);
             p = match pod_type {
                 PodType::Default => p,
                 PodType::DaemonSet => p.ds(),
                 PodType::Static => p.static_pod(),
             };
-            if intercepted {
-                p = p.intercepted();
+            if !leaves && pod_type != PodType::Default {
+                p = p.stays(Stay::NoNodeAgent);
             }
             if let Some(l) = label {
                 p = p.labels(&[l]);
@@ -327,7 +329,7 @@ fn drain_targets_stay_within_the_plans_never_move_back_and_every_drain_ends() {
                     }
                     pods.retain(|p| {
                         let i = asked.iter().position(|u| *u == p.uid);
-                        !(p.evictable && i.is_some_and(|i| mask & (1 << (i % 64)) != 0))
+                        !(p.leaves() && i.is_some_and(|i| mask & (1 << (i % 64)) != 0))
                     });
                 }
             }
@@ -335,7 +337,7 @@ fn drain_targets_stay_within_the_plans_never_move_back_and_every_drain_ends() {
             for _ in 0..4 {
                 reached = pass(&mut w, &plans, &reached)?;
                 for pods in w.input.pods.values_mut() {
-                    pods.retain(|p| !p.evictable || p.terminal);
+                    pods.retain(|p| !p.leaves() || p.terminal);
                 }
             }
             reached = pass(&mut w, &plans, &reached)?;

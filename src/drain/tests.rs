@@ -10,7 +10,7 @@ use crate::api::{
 use crate::cluster::CachedPod;
 
 use super::fixtures::{MAX, WithSelector, World, d, ds, nm, pod, st};
-use super::{DrainEvent, DrainPod, PodRef, plan_drain};
+use super::{DrainEvent, DrainPod, Leaving, PodRef, Stay, plan_drain};
 
 /// The twelve default entries admission inserts (SPEC 3.2 M2).
 fn default_plan() -> Vec<crate::api::DrainPlanEntry> {
@@ -79,9 +79,13 @@ fn pod_appearing_that_matches_an_earlier_entry_is_targeted_again() {
 }
 
 #[test]
-fn non_evictable_daemonset_pod_is_requested_but_does_not_block_drained() {
+fn staying_daemonset_pod_is_requested_but_does_not_block_drained() {
     let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);
-    w.add([pod("agent").on("n").priority(2_000_001_000).ds()]);
+    w.add([pod("agent")
+        .on("n")
+        .priority(2_000_001_000)
+        .ds()
+        .stays(Stay::ToleratesTaint)]);
     w.step();
     let out = w.out("m");
     assert!(out.drained);
@@ -97,26 +101,31 @@ fn non_evictable_daemonset_pod_is_requested_but_does_not_block_drained() {
         "m",
         "n",
         &[d(MAX), ds(MAX)],
-        "Drained; 1 pod not evictable by the API: default/agent",
+        "Drained; 1 pod stays: default/agent (its DaemonSet tolerates the evictord.dev/maintenance taint)",
         Some((1, 0)),
     );
 }
 
 #[test]
-fn non_evictable_pods_are_named_up_to_five() {
+fn staying_pods_are_named_up_to_five() {
     let mut w = World::new(vec![nm("m", 0, vec![ds(MAX)], &["n"])]);
-    w.add((0..7).map(|i| pod(&format!("ds{i}")).on("n").ds()));
-    w.add([pod("web").on("n").ds().intercepted()]);
+    w.add((0..7).map(|i| {
+        pod(&format!("ds{i}"))
+            .on("n")
+            .ds()
+            .stays(Stay::NoDaemonSetInterceptor)
+    }));
+    w.add([pod("web").on("n").ds()]);
     w.step();
     assert!(
         !w.out("m").drained,
-        "the intercepted DaemonSet pod can be evicted, so it blocks"
+        "the DaemonSet pod that can leave blocks until it is gone"
     );
     w.expect(
         "m",
         "n",
         &[ds(MAX)],
-        "Evacuating; 7 pods not evictable by the API: default/ds0, default/ds1, default/ds2, default/ds3, default/ds4, and 2 more",
+        "Evacuating; 7 pods stay: default/ds0 (the daemonset.apps.k8s.io interceptor is off), default/ds1 (the daemonset.apps.k8s.io interceptor is off), default/ds2 (the daemonset.apps.k8s.io interceptor is off), default/ds3 (the daemonset.apps.k8s.io interceptor is off), default/ds4 (the daemonset.apps.k8s.io interceptor is off), and 2 more",
         Some((8, 0)),
     );
 }
@@ -269,14 +278,26 @@ fn drain_pod_from_cached_pod() {
         ..Default::default()
     };
     ds_pod.spec.priority = Some(7);
-    let p = DrainPod::from_cached(&ds_pod, true);
+    let all = Leaving {
+        daemonset_interceptor: true,
+        node_agent: true,
+    };
+    let none = Leaving {
+        daemonset_interceptor: false,
+        node_agent: false,
+    };
+    let p = DrainPod::from_cached(&ds_pod, None, all);
     assert_eq!(
-        (p.pod_type, p.priority, p.evictable, p.has_request),
-        (PodType::DaemonSet, 7, false, true)
+        (p.pod_type, p.priority, p.stays, p.has_request),
+        (PodType::DaemonSet, 7, None, false)
     );
     assert_eq!(
         (p.name.as_str(), p.namespace.as_str(), p.uid.as_str()),
         ("agent", "kube-system", "u1")
+    );
+    assert_eq!(
+        DrainPod::from_cached(&ds_pod, None, none).stays,
+        Some(Stay::NoDaemonSetInterceptor)
     );
 
     ds_pod.metadata.annotations = Some(
@@ -286,19 +307,23 @@ fn drain_pod_from_cached_pod() {
         )]
         .into(),
     );
-    assert!(DrainPod::from_cached(&ds_pod, false).evictable);
+    assert!(DrainPod::from_cached(&ds_pod, None, none).leaves());
 
     let mut mirror = CachedPod::default();
     mirror.metadata.annotations =
         Some([(MIRROR_POD_ANNOTATION.to_string(), "x".to_string())].into());
-    let p = DrainPod::from_cached(&mirror, false);
-    assert_eq!((p.pod_type, p.evictable), (PodType::Static, false));
+    let p = DrainPod::from_cached(&mirror, None, none);
+    assert_eq!(
+        (p.pod_type, p.stays),
+        (PodType::Static, Some(Stay::NoNodeAgent))
+    );
+    assert!(DrainPod::from_cached(&mirror, None, all).leaves());
 
     let mut done = CachedPod::default();
     done.status.phase = Some("Succeeded".into());
-    let p = DrainPod::from_cached(&done, false);
+    let p = DrainPod::from_cached(&done, None, none);
     assert_eq!(
-        (p.pod_type, p.evictable, p.terminal),
+        (p.pod_type, p.leaves(), p.terminal),
         (PodType::Default, true, true)
     );
 }

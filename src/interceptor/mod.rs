@@ -16,9 +16,10 @@
 //! - it keeps no state in memory: everything is read back from the request's status, so a
 //!   restarted process carries on where the last one stopped.
 //!
-//! The shipped `deployment.apps.k8s.io` interceptor ([`deployment`]) is built on this SDK and on
-//! the Kubernetes API only.
+//! The shipped interceptors — `deployment.apps.k8s.io` ([`deployment`]) and
+//! `daemonset.apps.k8s.io` ([`daemonset`]) — are built on this SDK and on the Kubernetes API only.
 
+pub mod daemonset;
 pub mod deployment;
 mod progress;
 mod runner;

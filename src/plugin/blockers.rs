@@ -10,12 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 
 use crate::api::{
-    CONDITION_CANCELED, CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, NodeMaintenance,
+    CONDITION_CANCELED, CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR,
+    NodeMaintenance, PodType,
 };
-use crate::cluster::CachedPod;
+use crate::cluster::{CachedPod, pod_type};
 use crate::controller::eviction_request::backoff::next_attempt_at;
 use crate::controller::eviction_request::decision::DecideSettings;
-use crate::drain::DrainPod;
+use crate::drain::Stay;
 use crate::selector::label_selector_matches;
 
 /// A PodDisruptionBudget, reduced to what the words need.
@@ -141,10 +142,11 @@ fn ended(r: &EvictionRequest) -> Option<Holdup> {
 
 /// The controller itself is the active interceptor and calls the Eviction API.
 fn imperative(pod: &CachedPod, r: &EvictionRequest, budgets: &[Budget], now: Timestamp) -> Holdup {
-    if !DrainPod::from_cached(pod, true).evictable {
-        return Holdup::stable(
-            "DaemonSet and static pods are not evicted by the API (does not hold the drain)".into(),
-        );
+    if pod_type(pod) != PodType::Default {
+        return Holdup::stable(format!(
+            "stays: {}, and the Eviction API does not remove DaemonSet and static pods (does not hold the drain)",
+            Stay::LeftByInterceptors.reason()
+        ));
     }
     let status = r.status.clone().unwrap_or_default();
     let failures = status.failed_evictions();
@@ -259,7 +261,7 @@ mod tests {
     #[case::canceled(pod("p").build(), Some(request("p", &[]).condition("Canceled", "No requesters").build()), "request canceled: No requesters")]
     #[case::unselected(pod("p").build(), Some(request("p", &[NM]).build()), "waiting for the controller to select an interceptor")]
     #[case::evicting(pod("p").build(), Some(request("p", &[NM]).active(&[IMPERATIVE_INTERCEPTOR], IMPERATIVE_INTERCEPTOR).build()), "being evicted through the Eviction API")]
-    #[case::daemonset(pod("p").daemonset().build(), Some(request("p", &[NM]).active(&[IMPERATIVE_INTERCEPTOR], IMPERATIVE_INTERCEPTOR).build()), "DaemonSet and static pods are not evicted by the API (does not hold the drain)")]
+    #[case::daemonset(pod("p").daemonset().build(), Some(request("p", &[NM]).active(&[IMPERATIVE_INTERCEPTOR], IMPERATIVE_INTERCEPTOR).build()), "stays: its interceptors finished without removing it, and the Eviction API does not remove DaemonSet and static pods (does not hold the drain)")]
     // Retry 4 failed 2 s ago: the 4th wait is 8 s, so the next call is in 6 s.
     #[case::budget(pod("p").label("app", "web").build(), Some(request("p", &[NM]).active(&[IMPERATIVE_INTERCEPTOR], IMPERATIVE_INTERCEPTOR).failures(4, t(-2)).build()), "PodDisruptionBudget web allows 0 disruptions (retry 4, next in 6 s)")]
     #[case::refused(pod("p").build(), Some(request("p", &[NM]).active(&[IMPERATIVE_INTERCEPTOR], IMPERATIVE_INTERCEPTOR).failures(1, t(-5)).build()), "the Eviction API refused the eviction (retry 1, next attempt due)")]

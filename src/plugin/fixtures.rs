@@ -71,6 +71,11 @@ impl PodBuilder {
         }]);
         self
     }
+    /// Its tolerations tolerate the maintenance taint.
+    pub fn tolerating_maintenance(mut self) -> Self {
+        self.0.spec.tolerates_maintenance_taint = true;
+        self
+    }
     pub fn replicaset(mut self, name: &str) -> Self {
         self.0.metadata.owner_references = Some(vec![OwnerReference {
             kind: "ReplicaSet".into(),

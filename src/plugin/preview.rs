@@ -23,8 +23,9 @@ use crate::api::{
     PodType, Stage,
 };
 use crate::cluster::CachedPod;
-use crate::controller::node_maintenance::gather::{drain_input, selects};
-use crate::drain::{DrainPod, plan_drain};
+use crate::controller::eviction_request::{implicit_interceptors, target_interceptors};
+use crate::controller::node_maintenance::gather::{drain_input, has_node_agent, selects};
+use crate::drain::{DrainPod, Leaving, plan_drain};
 
 /// The maintenance `kubectl evictord drain` creates: these nodes by name (one `matchFields` term
 /// each, the form admission rule N1 accepts), Default entries at `priority_steps` ahead of the
@@ -106,12 +107,21 @@ pub struct PlannedPod {
     pub pod_type: PodType,
     /// `Kind/name` of the controller owner, if any.
     pub owner: Option<String>,
-    /// Declared interceptors, in order (the default one comes last for every pod).
+    /// The interceptors its EvictionRequest takes turns with, in order: the pod's own, then the
+    /// implicit `daemonset.apps.k8s.io` or `kubelet.k8s.io` (the default one, last for every pod,
+    /// is not listed).
     pub interceptors: Vec<String>,
-    /// False for DaemonSet and static pods only the Eviction API would remove: they get a
-    /// request but stay, and do not hold the drain up.
-    pub evictable: bool,
+    /// True when the pod leaves the node; false for DaemonSet and static pods that nothing will
+    /// remove: they get a request but stay, and do not hold the drain up.
+    pub leaves: bool,
+    /// Why the pod stays, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stays: Option<String>,
 }
+
+/// The plugin cannot read evictord's flags: it assumes `daemonset.apps.k8s.io` runs, as it does
+/// by default (`--daemonset-interceptor`, chart value `controller.daemonsetInterceptor`).
+pub const ASSUMED_DAEMONSET_INTERCEPTOR: bool = true;
 
 /// The drain preview.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -124,10 +134,10 @@ pub struct Preview {
 }
 
 impl Preview {
-    /// The evictable pods of each node: what a drain has to remove.
+    /// The pods of each node that leave: what a drain has to remove.
     pub fn to_evict(&self) -> BTreeMap<String, BTreeSet<String>> {
         let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for p in self.pods.iter().filter(|p| p.evictable) {
+        for p in self.pods.iter().filter(|p| p.leaves) {
             out.entry(p.node.clone())
                 .or_default()
                 .insert(format!("{}/{}", p.namespace, p.name));
@@ -180,15 +190,32 @@ pub fn preview(
         .map(Arc::new)
         .collect();
     maintenances.push(Arc::new(mine.clone()));
-    let requested: BTreeSet<(&str, &str)> = requests
+    let request_of: BTreeMap<(&str, &str), &EvictionRequest> = requests
         .iter()
         .filter_map(|r| {
             Some((
-                r.metadata.namespace.as_deref()?,
-                r.metadata.name.as_deref()?,
+                (
+                    r.metadata.namespace.as_deref()?,
+                    r.metadata.name.as_deref()?,
+                ),
+                r,
             ))
         })
         .collect();
+    let with_agent: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| has_node_agent(n))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    let planned_pod = |pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]| {
+        let node_agent = pod
+            .spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| with_agent.contains(n));
+        let request = request_of.get(&(pod.namespace(), pod.uid())).copied();
+        planned_pod(pod, step, plan, request, node_agent)
+    };
     let mut remaining: Vec<Arc<CachedPod>> = pods.iter().cloned().map(Arc::new).collect();
     let by_uid: BTreeMap<&str, &CachedPod> = pods.iter().map(|p| (p.uid(), p)).collect();
     let mut listed: BTreeSet<String> = BTreeSet::new();
@@ -196,9 +223,13 @@ pub fn preview(
     // Each round either lists a pod or advances a position; both are bounded.
     let bound = mine.spec.drain_plan.len() + pods.len() + 2;
     for _ in 0..bound {
-        let input = drain_input(&maintenances, nodes, &remaining, |ns, uid| {
-            requested.contains(&(ns, uid))
-        });
+        let input = drain_input(
+            &maintenances,
+            nodes,
+            &remaining,
+            |ns, uid| request_of.get(&(ns, uid)).copied(),
+            ASSUMED_DAEMONSET_INTERCEPTOR,
+        );
         let output = plan_drain(&input);
         let Some(out) = output.maintenances.iter().find(|o| o.name == name) else {
             break;
@@ -273,8 +304,22 @@ pub fn preview(
     }
 }
 
-fn planned_pod(pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]) -> PlannedPod {
-    let drain = DrainPod::from_cached(pod, false);
+fn planned_pod(
+    pod: &CachedPod,
+    step: Option<usize>,
+    plan: &[DrainPlanEntry],
+    request: Option<&EvictionRequest>,
+    node_agent: bool,
+) -> PlannedPod {
+    let leaving = Leaving {
+        daemonset_interceptor: ASSUMED_DAEMONSET_INTERCEPTOR,
+        node_agent,
+    };
+    let drain = DrainPod::from_cached(pod, request, leaving);
+    let implicit = implicit_interceptors(pod, node_agent, ASSUMED_DAEMONSET_INTERCEPTOR);
+    let (mut interceptors, _) = target_interceptors(pod.interceptors(), &implicit, &[]);
+    interceptors.pop(); // the default one, last for every pod
+    let leaves = drain.leaves();
     PlannedPod {
         step,
         entry: step
@@ -287,8 +332,9 @@ fn planned_pod(pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]) ->
         priority: drain.priority,
         pod_type: drain.pod_type,
         owner: owner_of(pod),
-        interceptors: pod.interceptors(),
-        evictable: drain.evictable,
+        interceptors,
+        leaves,
+        stays: drain.stays.map(|s| s.reason().to_string()),
     }
 }
 
@@ -313,9 +359,8 @@ mod tests {
         preview(&nm, existing, &all, &pods, &[], t(0))
     }
 
-    /// The default plan: every ordinary pod in step 0. A DaemonSet pod only the Eviction API would
-    /// remove holds nothing up, so the controller passes every later entry in one go and asks
-    /// for it at the end of the plan (position 11), which the preview reports.
+    /// The default plan: every ordinary pod in step 0; the DaemonSet pod, which leaves through
+    /// `daemonset.apps.k8s.io`, at the first DaemonSet entry (position 4), once they are gone.
     #[test]
     fn default_plan_orders_by_type_then_name() {
         let p = run(
@@ -333,16 +378,83 @@ mod tests {
             vec![
                 (Some(0), "a".into()),
                 (Some(0), "b".into()),
-                (Some(11), "ds".into())
+                (Some(4), "ds".into())
             ]
         );
         assert!(
-            !p.pods[2].evictable,
-            "a DaemonSet pod only the API would evict"
+            p.pods[2].leaves,
+            "a DaemonSet pod leaves through daemonset.apps.k8s.io"
         );
+        assert_eq!(p.pods[2].interceptors, ["daemonset.apps.k8s.io"]);
         assert_eq!(p.pods[2].owner.as_deref(), Some("DaemonSet/ds"));
+        assert_eq!(p.pods[2].stays, None);
         assert_eq!(p.pods[1].owner.as_deref(), Some("ReplicaSet/web-1"));
         assert_eq!(p.plan.len(), 12);
+    }
+
+    /// DaemonSet and static pods: which leave (through their implicit interceptor) and which stay,
+    /// with the reason, at the step the controller asks for them.
+    #[test]
+    fn daemonset_and_static_pods_leave_or_stay() {
+        let mut with_agent = (*node("n2")).clone();
+        with_agent.metadata.annotations = Some(
+            [(
+                crate::api::NODE_AGENT_ANNOTATION.to_string(),
+                "agent-x".to_string(),
+            )]
+            .into(),
+        );
+        let nodes = [node("n1"), Arc::new(with_agent)];
+        let pods = [
+            pod("ds").on("n1").daemonset().build(),
+            pod("ds-tolerating")
+                .on("n1")
+                .daemonset()
+                .tolerating_maintenance()
+                .build(),
+            pod("etcd-n1").on("n1").mirror().build(),
+            pod("etcd-n2").on("n2").mirror().build(),
+        ];
+        let nm = maintenance_for("mine", &["n1".into(), "n2".into()], &[], None, Stage::Drain);
+        let p = preview(&nm, &[], &nodes, &pods, &[], t(0));
+        type Row<'a> = (&'a str, Option<usize>, bool, Option<&'a str>, Vec<&'a str>);
+        let rows: Vec<Row<'_>> = p
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.step,
+                    p.leaves,
+                    p.stays.as_deref(),
+                    p.interceptors.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("ds", Some(4), true, None, vec!["daemonset.apps.k8s.io"]),
+                (
+                    "ds-tolerating",
+                    Some(4),
+                    false,
+                    Some("its DaemonSet tolerates the evictord.dev/maintenance taint"),
+                    vec!["daemonset.apps.k8s.io"]
+                ),
+                (
+                    "etcd-n1",
+                    Some(8),
+                    false,
+                    Some("static pod on a node without an evictord node agent"),
+                    vec![]
+                ),
+                ("etcd-n2", Some(8), true, None, vec!["kubelet.k8s.io"]),
+            ]
+        );
+        let to_evict = p.to_evict();
+        assert_eq!(to_evict["n1"].len(), 1, "{to_evict:?}");
+        assert_eq!(to_evict["n2"].len(), 1, "{to_evict:?}");
     }
 
     /// Priority steps ahead of the default plan: lower priorities leave first.

@@ -13,8 +13,12 @@ use serde::Serialize;
 
 use crate::api::{CONDITION_DRAINED, EvictionRequest, NodeMaintenance, Stage};
 use crate::cluster::CachedPod;
-use crate::controller::node_maintenance::gather::{drain_input, is_draining, selected_nodes};
-use crate::drain::{DrainPod, plan_drain};
+use crate::controller::node_maintenance::gather::{
+    drain_input, has_node_agent, is_draining, selected_nodes,
+};
+use crate::drain::{Leaving, plan_drain, stays};
+
+use super::preview::ASSUMED_DAEMONSET_INTERCEPTOR;
 
 use super::blockers::{Budget, Holdup, holdup, node_note};
 
@@ -73,6 +77,23 @@ pub struct FrameInput<'a> {
     pub now: Timestamp,
 }
 
+/// True when the pod can leave its node (it holds the drain until it is gone).
+fn leaves(
+    pod: &CachedPod,
+    request_of: &BTreeMap<(&str, &str), &EvictionRequest>,
+    nodes: &[Arc<Node>],
+) -> bool {
+    let node = pod.spec.node_name.as_deref();
+    let leaving = Leaving {
+        daemonset_interceptor: ASSUMED_DAEMONSET_INTERCEPTOR,
+        node_agent: nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == node && has_node_agent(n)),
+    };
+    let request = request_of.get(&(pod.namespace(), pod.uid())).copied();
+    stays(pod, request, leaving).is_none()
+}
+
 /// Computes the frame. `to_evict` (per node, `namespace/name`) is what the watcher has seen to
 /// evict so far (e.g. from the preview); pods targeted now are added to it, so the bars' totals
 /// never shrink.
@@ -98,9 +119,13 @@ pub fn frame(input: &FrameInput<'_>, to_evict: &mut BTreeMap<String, BTreeSet<St
         let all: Vec<Arc<NodeMaintenance>> =
             input.maintenances.iter().cloned().map(Arc::new).collect();
         let pods: Vec<Arc<CachedPod>> = input.pods.iter().cloned().map(Arc::new).collect();
-        let drain = drain_input(&all, input.nodes, &pods, |ns, uid| {
-            request_of.contains_key(&(ns, uid))
-        });
+        let drain = drain_input(
+            &all,
+            input.nodes,
+            &pods,
+            |ns, uid| request_of.get(&(ns, uid)).copied(),
+            ASSUMED_DAEMONSET_INTERCEPTOR,
+        );
         plan_drain(&drain)
             .maintenances
             .into_iter()
@@ -122,7 +147,7 @@ pub fn frame(input: &FrameInput<'_>, to_evict: &mut BTreeMap<String, BTreeSet<St
             let holding: Vec<&CachedPod> = on_node
                 .iter()
                 .copied()
-                .filter(|p| targeted.contains(p.uid()) && DrainPod::from_cached(p, false).evictable)
+                .filter(|p| targeted.contains(p.uid()) && leaves(p, &request_of, input.nodes))
                 .collect();
             let expected = to_evict.entry(node.clone()).or_default();
             expected.extend(holding.iter().map(|p| key(p)));

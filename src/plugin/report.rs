@@ -127,10 +127,9 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let note = if p.evictable {
-                String::new()
-            } else {
-                "not evictable by the API (DaemonSet/static): stays, does not hold the drain".into()
+            let note = match &p.stays {
+                None => String::new(),
+                Some(why) => format!("stays: {why}; does not hold the drain"),
             };
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
@@ -220,7 +219,7 @@ mod tests {
         let nodes = [node("n1"), node("n2")];
         let pods = [
             pod("web-1").label("app", "web").build(),
-            pod("db").daemonset().build(),
+            pod("db").mirror().build(),
         ];
         let other = maintenance_for(
             "other-nm",
@@ -269,7 +268,8 @@ mod tests {
         );
         let text = plan_text(&r);
         assert!(
-            text.contains("ns/web-1") && text.contains("not evictable by the API"),
+            text.contains("ns/web-1")
+                && text.contains("stays: static pod on a node without an evictord node agent"),
             "{text}"
         );
         assert!(text.contains("other-nm"), "{text}");

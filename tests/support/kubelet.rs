@@ -1,7 +1,9 @@
 //! A fake scheduler and kubelet for one namespace: there is neither on the test control plane,
 //! so pods created by ReplicaSets are bound (the `binding` subresource) to the node the test
-//! chooses and marked Running and Ready (status patch), which makes them available to the
-//! Deployment and healthy to the disruption controller.
+//! chooses — a DaemonSet's pod to the node its required node affinity names, as the scheduler
+//! would — and marked Running and Ready (status patch), which makes them available to the
+//! Deployment and healthy to the disruption controller. A pod being deleted goes away once its
+//! grace period is over (deleted with grace 0), as a kubelet would have stopped it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,13 +64,48 @@ impl Drop for Kubelet {
     }
 }
 
+/// The one node a pod's required node affinity names by `metadata.name` (how the DaemonSet
+/// controller pins its pods), if it does.
+fn pinned_node(p: &Pod) -> Option<String> {
+    let terms = &p
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    terms.iter().find_map(|t| {
+        t.match_fields.as_ref()?.iter().find_map(|f| {
+            (f.key == "metadata.name" && f.operator == "In")
+                .then(|| f.values.as_ref()?.first().cloned())
+                .flatten()
+        })
+    })
+}
+
 async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
-    if p.metadata.deletion_timestamp.is_some() {
+    let name = p.name_any();
+    if let Some(deleting) = &p.metadata.deletion_timestamp {
+        // deletionTimestamp is when the grace period ends.
+        if deleting.0 <= jiff::Timestamp::now() {
+            let params = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: p.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let _ = pods.delete(&name, &params).await;
+        }
         return;
     }
-    let name = p.name_any();
     let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
     if bound.is_none() {
+        let node = pinned_node(p).unwrap_or_else(|| node.to_string());
         let binding = json!({
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name},

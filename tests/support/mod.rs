@@ -9,6 +9,7 @@ pub mod apiserver;
 pub mod audit;
 pub mod chaos;
 pub mod control_plane;
+pub mod daemonset;
 pub mod evictord;
 pub mod fixtures;
 pub mod interceptor;

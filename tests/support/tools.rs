@@ -63,3 +63,24 @@ pub fn kubectl_command(c: &super::TestCluster, args: &[&str]) -> Command {
 pub fn kubectl(c: &super::TestCluster, args: &[&str], stdin: Option<&str>) -> Output {
     run("kubectl", args, Some(&c.kubeconfig), stdin)
 }
+
+/// Prometheus' `promtool`: from `$PROMTOOL_DIR`, or installed by `tests/tools/promtool.sh`.
+pub fn promtool() -> std::path::PathBuf {
+    let dir = match std::env::var_os("PROMTOOL_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/promtool.sh");
+            let out = std::process::Command::new("bash")
+                .arg(script)
+                .output()
+                .expect("running tests/tools/promtool.sh");
+            assert!(
+                out.status.success(),
+                "tests/tools/promtool.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    dir.join("promtool")
+}

@@ -78,8 +78,8 @@ pub fn durations(data: &[u8]) {
 }
 
 /// The interceptor annotation: parsing keeps every comma-separated item trimmed and in order;
-/// the controller's target list never exceeds 16 names, ends with the imperative interceptor
-/// and holds each name once.
+/// the controller's target list, with or without an implicit interceptor (chosen by the first
+/// byte), never exceeds 16 names, ends with the imperative interceptor and holds each name once.
 pub fn interceptor_lists(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let names = parse_interceptor_list(&text);
@@ -87,7 +87,13 @@ pub fn interceptor_lists(data: &[u8]) {
         assert_eq!(names.len(), text.split(',').count());
     }
     assert!(names.iter().all(|n| n.trim() == n));
-    let (targets, _skipped) = target_interceptors(names, &[]);
+    let implicit: &[&str] = match data.first().map(|b| b % 3) {
+        Some(1) => &["daemonset.apps.k8s.io"],
+        Some(2) => &["kubelet.k8s.io"],
+        _ => &[],
+    };
+    let (targets, _skipped) = target_interceptors(names, implicit, &[]);
+    assert!(implicit.iter().all(|i| targets.iter().any(|t| t == i)));
     assert!(targets.len() <= 16, "{} targets", targets.len());
     assert_eq!(
         targets.last().map(String::as_str),

@@ -10,6 +10,8 @@
 //! anchors the heartbeat deadline just like `heartbeatTime`, it may not lie in the future (beyond
 //! the clock skew) either.
 
+use std::borrow::Cow;
+
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -25,9 +27,26 @@ pub(super) fn target_names(status: &EvictionRequestStatus) -> Vec<&str> {
         .collect()
 }
 
+/// An entry as the rules read it: the zero value a typed client writes for a field it leaves
+/// unset counts as unset. Seed 000 declares `InterceptorStatus.message` required, so a Go client
+/// sends `message: ""` in every entry it writes; times it leaves unset come as absent or `null`,
+/// which decode as unset already. Without this, a Go client initialising `status.interceptors`
+/// (or writing back a status it read, with `""` where nothing was stored) would change entries
+/// that are not the active interceptor's (rule S4).
+fn as_read(entry: &InterceptorStatus) -> Cow<'_, InterceptorStatus> {
+    if entry.message.as_deref() == Some("") {
+        Cow::Owned(InterceptorStatus {
+            message: None,
+            ..entry.clone()
+        })
+    } else {
+        Cow::Borrowed(entry)
+    }
+}
+
 /// S4: names equal `targetInterceptors` in order; only the active entry changes, within the
-/// per-field rules of [`s4_entry`]. Initialising the whole list at once compares every entry with
-/// an entry that holds only its name.
+/// per-field rules of [`Entry`]. Initialising the whole list at once compares every entry with
+/// an entry that holds only its name. Zero values of a typed client count as unset ([`as_read`]).
 pub(super) fn s4_interceptors(
     was: &EvictionRequestStatus,
     is: &EvictionRequestStatus,
@@ -50,11 +69,13 @@ pub(super) fn s4_interceptors(
         was.active_interceptors.contains(name) || is.active_interceptors.contains(name)
     };
     for (i, new) in is.interceptors.iter().enumerate() {
+        let new = as_read(new);
+        let new = new.as_ref();
         let old = was
             .interceptors
             .get(i)
             .filter(|o| o.name == new.name)
-            .cloned()
+            .map(|o| as_read(o).into_owned())
             .unwrap_or_else(|| InterceptorStatus {
                 name: new.name.clone(),
                 ..InterceptorStatus::default()
@@ -278,6 +299,14 @@ mod tests {
     #[case::s4_expected_finish_allowed(running(), running().expected(A, 3600), Expect::Allow)]
     #[case::s4_expected_finish_within_skew_allowed(running(), running().expected(A, -10), Expect::Allow)]
     #[case::s4_message_allowed(running(), running().message(A, &"x".repeat(32768)), Expect::Allow)]
+    #[case::s4_typed_client_initialisation_with_empty_messages_allowed(
+        status(),
+        typed_client(initialized()),
+        Expect::Allow
+    )]
+    #[case::s4_typed_client_initialisation_on_activation_allowed(status(), typed_client(initialized()).active(&[A]).activated(A, 0), Expect::Allow)]
+    #[case::s4_typed_client_writes_back_empty_messages_allowed(running(), typed_client(running()).heartbeat(A, 0), Expect::Allow)]
+    #[case::s4_typed_client_empty_message_over_stored_empty_allowed(typed_client(running()), running().heartbeat(A, 0), Expect::Allow)]
     #[case::s4_deactivated_entry_may_finish_allowed(running(), running().completed(A, 0).active(&[]).condition(CONDITION_EVICTED, "True"), Expect::Allow)]
     fn allowed(#[case] old: StatusBuilder, #[case] new: StatusBuilder, #[case] expect: Expect) {
         check(&status_update(old, new), expect);
@@ -302,6 +331,8 @@ mod tests {
     #[case::s4_completion_not_now_denied(running(), running().completed(A, 30), "completionTime (a.example.com) 2030-01-01T00:00:30Z must be within 10s of now")]
     #[case::s4_completion_changed_denied(running().completed(A, -5), running().completed(A, 0), "completionTime (a.example.com) is set once and then immutable (rule S4)")]
     #[case::s4_expected_finish_in_past_denied(running(), running().expected(A, -11), "expectedFinishTime (a.example.com) 2029-12-31T23:59:49Z is in the past (rule S4)")]
+    #[case::s4_message_of_another_entry_still_denied(running(), running().message(B, "x"), "status.interceptors[1] (b.example.com) cannot change (rule S4)")]
+    #[case::s4_typed_client_cannot_empty_another_entrys_message_denied(running().message(B, "moved"), running().message(B, ""), "status.interceptors[1] (b.example.com) cannot change (rule S4)")]
     #[case::s4_message_too_long_denied(running(), running().message(A, &"x".repeat(32769)), "status.interceptors[0].message (a.example.com) is 32769 bytes; at most 32768 are allowed (rule S4)")]
     fn denied(
         #[case] old: StatusBuilder,
@@ -309,5 +340,38 @@ mod tests {
         #[case] message: &'static str,
     ) {
         check(&status_update(old, new), Expect::Deny(message));
+    }
+
+    /// As a typed Go client writes the status: `message: ""` in every entry that has none.
+    fn typed_client(mut b: StatusBuilder) -> StatusBuilder {
+        for e in &mut b.0.interceptors {
+            e.message.get_or_insert_with(String::new);
+        }
+        b
+    }
+
+    /// The zero values of times, `null` or absent, read the same: unset.
+    #[test]
+    fn s4_null_times_read_as_unset() {
+        let entry = |times: serde_json::Value| -> crate::api::InterceptorStatus {
+            let mut v = serde_json::json!({"name": A, "message": ""});
+            if let serde_json::Value::Object(t) = times {
+                v.as_object_mut().unwrap().extend(t);
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let nulls = entry(serde_json::json!({
+            "activationTime": null, "startTime": null, "heartbeatTime": null,
+            "expectedFinishTime": null, "completionTime": null
+        }));
+        let absent = entry(serde_json::json!({}));
+        assert_eq!(nulls, absent);
+        assert_eq!(
+            super::as_read(&nulls).into_owned(),
+            crate::api::InterceptorStatus {
+                name: A.into(),
+                ..Default::default()
+            }
+        );
     }
 }

@@ -332,3 +332,24 @@ fn b4_the_applied_intent_is_a_complete_object_without_status() {
         serde_json::json!([{"name": EVICTION_API_REQUESTER}])
     );
 }
+
+/// Every outcome is reported under a label the metrics create at zero.
+#[test]
+fn outcome_labels_are_the_zeroed_ones() {
+    use super::Outcome::*;
+    for o in [
+        NoInterceptors,
+        PodNotFound,
+        Unknown,
+        Terminating,
+        AlreadyEvicted,
+        OwnEviction,
+        DryRun,
+        Intercepted,
+    ] {
+        assert!(
+            crate::metrics::EVICTION_API_OUTCOMES.contains(&o.label()),
+            "{o:?}"
+        );
+    }
+}

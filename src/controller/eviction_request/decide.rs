@@ -15,10 +15,11 @@ use super::decision::{
 use super::imperative::act_as_imperative;
 use crate::admission::names::{k8s_io_interceptor_allowed, validate_fqdn};
 use crate::api::{
-    CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, EvictionRequest,
-    IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus, MAX_POD_INTERCEPTORS,
+    CONDITION_CANCELED, CONDITION_EVICTED, CancellationPolicy, DAEMONSET_INTERCEPTOR,
+    EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus,
+    KUBELET_INTERCEPTOR, MAX_POD_INTERCEPTORS, PodType,
 };
-use crate::cluster::CachedPod;
+use crate::cluster::{CachedPod, pod_type};
 
 /// Condition reason: the request cannot be carried out (no such pod, pod in a workload).
 pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
@@ -45,7 +46,20 @@ pub fn decide(
     now: Timestamp,
     settings: &DecideSettings,
 ) -> Decision {
+    decide_on_node(request, pod, false, now, settings)
+}
+
+/// [`decide`] for a pod whose node announces an `evictord node-agent` (`node_agent`), which
+/// makes `kubelet.k8s.io` the implicit interceptor of the node's mirror pods (step 5).
+pub fn decide_on_node(
+    request: &EvictionRequest,
+    pod: Option<&CachedPod>,
+    node_agent: bool,
+    now: Timestamp,
+    settings: &DecideSettings,
+) -> Decision {
     let mut draft = Draft::new(request, now, settings);
+    draft.node_agent = node_agent;
     // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
     let _ = run_steps(&mut draft, pod);
     draft.finish()
@@ -173,14 +187,18 @@ fn sync_labels(d: &mut Draft<'_>, pod: &CachedPod) {
     }
 }
 
-/// Step 5: on first sight, fix the interceptors from the pod's annotation plus the imperative
-/// one, and give each an empty status entry.
+/// Step 5: on first sight, fix the interceptors from the pod's annotation, the implicit ones of
+/// SPEC 5.3 and the imperative one, and give each an empty status entry.
 fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
     if !d.status.target_interceptors.is_empty() {
         return;
     }
-    let (names, skipped) =
-        target_interceptors(pod.interceptors(), &d.settings.extra_k8s_io_interceptors);
+    let implicit = implicit_interceptors(pod, d.node_agent, d.settings.daemonset_interceptor);
+    let (names, skipped) = target_interceptors(
+        pod.interceptors(),
+        &implicit,
+        &d.settings.extra_k8s_io_interceptors,
+    );
     if !skipped.is_empty() {
         let note = format!(
             "Skipped interceptors of Pod {} that cannot be targeted (not a valid name, reserved, not allowlisted or beyond {MAX_POD_INTERCEPTORS}): {}",
@@ -208,16 +226,41 @@ fn init_interceptors(d: &mut Draft<'_>, pod: &CachedPod) {
         .collect();
 }
 
-/// The `targetInterceptors` for the interceptors a pod declares, and the declared names that
-/// were skipped. The pod webhook normally keeps bad annotations out, but a pod admitted while it
-/// was down must not make the controller write a status the request webhook denies forever
-/// (S1): names that are not FQDNs, the reserved imperative name, non-allowlisted `*.k8s.io`
-/// names and names past the 15th are skipped; duplicates are dropped silently (the first
-/// occurrence keeps its place).
+/// The interceptors evictord adds to those a pod declares (SPEC 2.3 step 5, 5.3), in place of the
+/// annotation the in-tree DaemonSet controller and kubelet would set on their pods:
+/// `daemonset.apps.k8s.io` for a DaemonSet's pod while that interceptor runs, `kubelet.k8s.io`
+/// for a mirror pod on a node whose node agent announced itself (`node_agent`).
+pub fn implicit_interceptors(
+    pod: &CachedPod,
+    node_agent: bool,
+    daemonset_interceptor: bool,
+) -> Vec<&'static str> {
+    match pod_type(pod) {
+        PodType::DaemonSet if daemonset_interceptor => vec![DAEMONSET_INTERCEPTOR],
+        PodType::Static if node_agent => vec![KUBELET_INTERCEPTOR],
+        _ => Vec::new(),
+    }
+}
+
+/// The `targetInterceptors` for the interceptors a pod declares and the `implicit` ones evictord
+/// adds after them, and the declared names that were skipped. The pod webhook normally keeps bad
+/// annotations out, but a pod admitted while it was down must not make the controller write a
+/// status the request webhook denies forever (S1): names that are not FQDNs, the reserved
+/// imperative name, non-allowlisted `*.k8s.io` names and names past the 15th (past the 14th
+/// when an implicit one must fit too: S1 allows 16 with the imperative one) are skipped;
+/// duplicates are dropped silently (the first occurrence keeps its place, also when the pod
+/// declares an implicit interceptor itself).
 pub fn target_interceptors(
     declared: Vec<String>,
+    implicit: &[&str],
     extra_k8s_io: &[String],
 ) -> (Vec<String>, Vec<String>) {
+    let room = MAX_POD_INTERCEPTORS.saturating_sub(
+        implicit
+            .iter()
+            .filter(|i| !declared.iter().any(|d| d == *i))
+            .count(),
+    );
     let mut names: Vec<String> = Vec::new();
     let mut skipped = Vec::new();
     for name in declared {
@@ -226,10 +269,15 @@ pub fn target_interceptors(
         }
         let valid =
             validate_fqdn(&name).is_ok() && k8s_io_interceptor_allowed(&name, extra_k8s_io, false);
-        if valid && names.len() < MAX_POD_INTERCEPTORS {
+        if valid && names.len() < room {
             names.push(name);
         } else {
             skipped.push(name);
+        }
+    }
+    for name in implicit {
+        if !names.iter().any(|n| n == name) {
+            names.push((*name).to_string());
         }
     }
     names.push(IMPERATIVE_INTERCEPTOR.to_string());

@@ -290,7 +290,7 @@ fn step5_first_sight_lists_names_then_imperative() {
 #[case::sixteenth_skipped(17, 15, 2)]
 fn step5_cap_at_fifteen(#[case] declared: usize, #[case] kept: usize, #[case] skipped: usize) {
     let names: Vec<String> = (0..declared).map(|i| format!("i{i}.example.com")).collect();
-    let (targets, skip) = target_interceptors(names, &[]);
+    let (targets, skip) = target_interceptors(names, &[], &[]);
     assert_eq!(targets.len(), kept + 1);
     assert_eq!(targets.last().map(String::as_str), Some(IMP));
     assert_eq!(skip.len(), skipped);
@@ -298,9 +298,38 @@ fn step5_cap_at_fifteen(#[case] declared: usize, #[case] kept: usize, #[case] sk
 
 #[test]
 fn step5_extra_allowlist_is_honoured() {
-    let (targets, skipped) = target_interceptors(vec!["foo.k8s.io".into()], &["foo.k8s.io".into()]);
+    let (targets, skipped) =
+        target_interceptors(vec!["foo.k8s.io".into()], &[], &["foo.k8s.io".into()]);
     assert_eq!(targets, ["foo.k8s.io", IMP]);
     assert!(skipped.is_empty());
+}
+
+/// Step 5 with the implicit interceptors of SPEC 5.3: after the pod's own, before the default one;
+/// one the pod declares itself keeps its place; with 15 of its own, the 15th makes room (S1: 16).
+#[rstest]
+#[case::none(&["a.example.com"], &[], &["a.example.com", IMP], 0)]
+#[case::daemonset_after_the_pods_own(&["a.example.com"], &["daemonset.apps.k8s.io"], &["a.example.com", "daemonset.apps.k8s.io", IMP], 0)]
+#[case::declared_by_the_pod_first(&["kubelet.k8s.io", "a.example.com"], &["kubelet.k8s.io"], &["kubelet.k8s.io", "a.example.com", IMP], 0)]
+#[case::alone(&[], &["kubelet.k8s.io"], &["kubelet.k8s.io", IMP], 0)]
+fn step5_implicit_interceptors(
+    #[case] declared: &[&str],
+    #[case] implicit: &[&str],
+    #[case] want: &[&str],
+    #[case] skipped: usize,
+) {
+    let declared = declared.iter().map(|s| s.to_string()).collect();
+    let (targets, skip) = target_interceptors(declared, implicit, &[]);
+    assert_eq!(targets, want);
+    assert_eq!(skip.len(), skipped);
+}
+
+#[test]
+fn step5_fifteen_own_leave_room_for_the_implicit_one() {
+    let names: Vec<String> = (0..15).map(|i| format!("i{i}.example.com")).collect();
+    let (targets, skip) = target_interceptors(names, &["daemonset.apps.k8s.io"], &[]);
+    assert_eq!(targets.len(), 16, "S1: at most 16");
+    assert_eq!(targets[14], "daemonset.apps.k8s.io");
+    assert_eq!(skip, ["i14.example.com"]);
 }
 
 #[rstest]

@@ -44,6 +44,9 @@ pub struct DecideSettings {
     pub eviction_api_requester_ttl: Duration,
     /// How long an `Evicted` or `Canceled` request is kept before it is deleted (default 4 h).
     pub ended_request_retention: Duration,
+    /// `daemonset.apps.k8s.io` runs (`--daemonset-interceptor`, default on): DaemonSet pods get it
+    /// as an implicit interceptor (step 5, SPEC 5.3).
+    pub daemonset_interceptor: bool,
 }
 
 impl Default for DecideSettings {
@@ -57,6 +60,7 @@ impl Default for DecideSettings {
             extra_k8s_io_interceptors: Vec::new(),
             eviction_api_requester_ttl: Duration::from_secs(600),
             ended_request_retention: Duration::from_secs(4 * 3600),
+            daemonset_interceptor: true,
         }
     }
 }
@@ -208,6 +212,8 @@ pub(crate) struct Draft<'a> {
     pub requeue_at: Option<Timestamp>,
     pub processed: Vec<(String, ProcessedReason)>,
     pub pod_interceptors: Option<usize>,
+    /// The target pod's node announces an `evictord node-agent` (step 5).
+    pub node_agent: bool,
 }
 
 impl<'a> Draft<'a> {
@@ -223,6 +229,7 @@ impl<'a> Draft<'a> {
             requeue_at: None,
             processed: Vec::new(),
             pod_interceptors: None,
+            node_agent: false,
         }
     }
 

@@ -35,7 +35,7 @@ mod walk;
 pub use backoff::{backoff, next_attempt_at};
 pub use bridged::{BridgedRequester, bridged_requester};
 pub use deadline::heartbeat_deadline_at;
-pub use decide::decide;
+pub use decide::{decide, decide_on_node, implicit_interceptors, target_interceptors};
 pub use decision::{
     Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
 };

@@ -22,13 +22,14 @@ use tracing::{Instrument, debug, info_span};
 
 use super::{
     Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, Retention,
-    after_eviction, bridged_requester, decide, hold_imperative_selection, retention,
+    after_eviction, bridged_requester, decide_on_node, hold_imperative_selection, retention,
     tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::Caches;
 use crate::controller::eviction_api::EvictionApi;
 use crate::controller::own_writes::OwnWrites;
+use crate::drain::leaving::has_node_agent;
 use crate::metrics::{
     ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, metrics,
 };
@@ -173,7 +174,12 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         );
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
-    let mut decision = decide(&req, pod.as_deref(), now, &ctx.settings);
+    let node_agent = pod
+        .as_ref()
+        .and_then(|p| p.spec.node_name.as_deref())
+        .and_then(|n| ctx.caches.nodes.get(None, n))
+        .is_some_and(|n| has_node_agent(&n));
+    let mut decision = decide_on_node(&req, pod.as_deref(), node_agent, now, &ctx.settings);
     // Told with the call's outcome: one event per pass (and one write fewer per eviction).
     let selection = hold_imperative_selection(&mut decision);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
@@ -411,5 +417,15 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_controller_label_is_one_of_the_zeroed_ones() {
+        assert!(crate::metrics::CONTROLLERS.contains(&CONTROLLER));
     }
 }

@@ -1,17 +1,23 @@
-//! Pure cordon and restore decisions for one node (SPEC 3.3): Cordon and Drain keep
+//! Pure cordon and restore decisions for one node (SPEC 3.3, 5.3): Cordon and Drain keep
 //! `spec.unschedulable: true`, remembering the previous value in the annotation
-//! `evictord.dev/unschedulable-before`; Complete restores it, on nodes no other Cordon/Drain
-//! maintenance holds.
+//! `evictord.dev/unschedulable-before`; once a drain targets the node's DaemonSet pods, the node
+//! also carries the `NoSchedule` taint `evictord.dev/maintenance` (remembered the same way in
+//! `evictord.dev/maintenance-taint-before`), so that the DaemonSet controller does not start the
+//! pods `daemonset.apps.k8s.io` removes again there; Complete restores both, on nodes no other
+//! Cordon/Drain maintenance holds. Both go in one patch, so a node is written once.
 //!
-//! The annotation doubles as "evictord holds this node": present means a maintenance cordoned it
-//! and has not restored it yet. So an unschedulable flag found `false` while the annotation is
-//! present means someone uncordoned the node during the maintenance: it is cordoned again, with
-//! an event.
+//! Each annotation doubles as "evictord holds this": present means a maintenance cordoned (or
+//! tainted) the node and has not restored it yet. So an unschedulable flag found `false`, or the
+//! taint found missing, while the annotation is present means someone undid it during the
+//! maintenance: it is done again, with an event.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Value, json};
 
-use crate::api::UNSCHEDULABLE_BEFORE_ANNOTATION;
+use crate::api::taint::{has_maintenance_taint, maintenance_taint};
+use crate::api::{
+    MAINTENANCE_TAINT, MAINTENANCE_TAINT_BEFORE_ANNOTATION, UNSCHEDULABLE_BEFORE_ANNOTATION,
+};
 
 /// What happened to the node, worth an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +28,12 @@ pub enum NodeEvent {
     Recordoned,
     /// The node is schedulable again.
     Uncordoned,
+    /// The maintenance taint was placed.
+    Tainted,
+    /// Someone removed the maintenance taint during the maintenance; it is placed again.
+    Retainted,
+    /// The maintenance taint was removed.
+    Untainted,
 }
 
 impl NodeEvent {
@@ -31,7 +43,15 @@ impl NodeEvent {
             NodeEvent::Cordoned => "NodeCordoned",
             NodeEvent::Recordoned => "NodeRecordoned",
             NodeEvent::Uncordoned => "NodeUncordoned",
+            NodeEvent::Tainted => "NodeTainted",
+            NodeEvent::Retainted => "NodeRetainted",
+            NodeEvent::Untainted => "NodeUntainted",
         }
+    }
+
+    /// True for the events that report someone undoing the maintenance's work.
+    pub fn is_warning(self) -> bool {
+        matches!(self, NodeEvent::Recordoned | NodeEvent::Retainted)
     }
 
     /// Event message.
@@ -42,33 +62,62 @@ impl NodeEvent {
                 format!("Node {node} was uncordoned during the maintenance; cordoned it again")
             }
             NodeEvent::Uncordoned => format!("Node {node} is schedulable again"),
+            NodeEvent::Tainted => format!(
+                "Node {node} tainted {MAINTENANCE_TAINT}:NoSchedule: DaemonSet pods removed by the drain are not started there again until the maintenance completes"
+            ),
+            NodeEvent::Retainted => format!(
+                "The {MAINTENANCE_TAINT} taint was removed from node {node} during the maintenance; placed it again"
+            ),
+            NodeEvent::Untainted => format!(
+                "Taint {MAINTENANCE_TAINT} removed from node {node}: its DaemonSet pods start again"
+            ),
         }
     }
 }
 
 /// A change to one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodePatch {
     /// New `spec.unschedulable`, if it changes.
     pub unschedulable: Option<bool>,
-    /// New value of the annotation (`Some(None)` removes it), if it changes.
+    /// New value of the unschedulable annotation (`Some(None)` removes it), if it changes.
     pub before: Option<Option<bool>>,
-    /// The event to record once the patch is applied.
-    pub event: Option<NodeEvent>,
+    /// The node's whole new taint list, if it changes.
+    pub taints: Option<Vec<Taint>>,
+    /// New value of the taint annotation (`Some(None)` removes it), if it changes.
+    pub taint_before: Option<Option<bool>>,
+    /// The events to record once the patch is applied.
+    pub events: Vec<NodeEvent>,
 }
 
 impl NodePatch {
+    fn is_empty(&self) -> bool {
+        *self == NodePatch::default()
+    }
+
     /// The merge patch (with the node's `resourceVersion`, so that a concurrent change of the
-    /// node makes it fail rather than be overwritten).
+    /// node makes it fail rather than be overwritten; the taint list is replaced whole, which
+    /// that guard makes safe).
     pub fn merge_patch(&self, resource_version: Option<&str>) -> Value {
         let mut patch = json!({"metadata": {"resourceVersion": resource_version}});
         if let Some(u) = self.unschedulable {
             // `false` is written as absent, as `kubectl uncordon` leaves it.
-            patch["spec"] = json!({"unschedulable": if u { json!(true) } else { Value::Null }});
+            patch["spec"]["unschedulable"] = if u { json!(true) } else { Value::Null };
+        }
+        if let Some(taints) = &self.taints {
+            patch["spec"]["taints"] = if taints.is_empty() {
+                Value::Null
+            } else {
+                json!(taints)
+            };
         }
         if let Some(before) = self.before {
-            patch["metadata"]["annotations"] =
-                json!({UNSCHEDULABLE_BEFORE_ANNOTATION: before.map(|b| b.to_string())});
+            patch["metadata"]["annotations"][UNSCHEDULABLE_BEFORE_ANNOTATION] =
+                json!(before.map(|b| b.to_string()));
+        }
+        if let Some(before) = self.taint_before {
+            patch["metadata"]["annotations"][MAINTENANCE_TAINT_BEFORE_ANNOTATION] =
+                json!(before.map(|b| b.to_string()));
         }
         patch
     }
@@ -82,53 +131,105 @@ pub fn is_unschedulable(node: &Node) -> bool {
         .unwrap_or(false)
 }
 
-/// The remembered previous value, when a maintenance holds the node. Anything but `"true"`
-/// counts as `false` (only evictord writes the annotation).
-pub fn unschedulable_before(node: &Node) -> Option<bool> {
+fn annotation(node: &Node, key: &str) -> Option<bool> {
     node.metadata
         .annotations
         .as_ref()?
-        .get(UNSCHEDULABLE_BEFORE_ANNOTATION)
+        .get(key)
         .map(|v| v == "true")
 }
 
-/// Cordon and Drain: the change that keeps the node cordoned, if any.
-pub fn cordon(node: &Node) -> Option<NodePatch> {
-    match (is_unschedulable(node), unschedulable_before(node)) {
-        (true, Some(_)) => None,
-        // Cordoned by someone else before: remember it so that Complete keeps it cordoned.
-        (true, None) => Some(NodePatch {
-            unschedulable: None,
-            before: Some(Some(true)),
-            event: None,
-        }),
-        (false, None) => Some(NodePatch {
-            unschedulable: Some(true),
-            before: Some(Some(false)),
-            event: Some(NodeEvent::Cordoned),
-        }),
-        (false, Some(_)) => Some(NodePatch {
-            unschedulable: Some(true),
-            before: None,
-            event: Some(NodeEvent::Recordoned),
-        }),
-    }
+/// The remembered previous value, when a maintenance holds the node. Anything but `"true"`
+/// counts as `false` (only evictord writes the annotation).
+pub fn unschedulable_before(node: &Node) -> Option<bool> {
+    annotation(node, UNSCHEDULABLE_BEFORE_ANNOTATION)
 }
 
-/// Complete: the change that gives the node back its previous `unschedulable`, unless another
-/// Cordon/Drain maintenance still `held` it. Nodes without the annotation were not cordoned by a
-/// maintenance (or were restored already) and are left alone.
+/// Whether the node carried the maintenance taint before a maintenance placed it, when one did.
+pub fn taint_before(node: &Node) -> Option<bool> {
+    annotation(node, MAINTENANCE_TAINT_BEFORE_ANNOTATION)
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+/// Cordon and Drain: the change that keeps the node cordoned and, with `tainted` (a drain
+/// targets the node's DaemonSet pods), tainted; `None` when it already is.
+pub fn cordon(node: &Node, tainted: bool) -> Option<NodePatch> {
+    let mut p = NodePatch::default();
+    match (is_unschedulable(node), unschedulable_before(node)) {
+        (true, Some(_)) => {}
+        // Cordoned by someone else before: remember it so that Complete keeps it cordoned.
+        (true, None) => p.before = Some(Some(true)),
+        (false, None) => {
+            p.unschedulable = Some(true);
+            p.before = Some(Some(false));
+            p.events.push(NodeEvent::Cordoned);
+        }
+        (false, Some(_)) => {
+            p.unschedulable = Some(true);
+            p.events.push(NodeEvent::Recordoned);
+        }
+    }
+    if tainted {
+        let current = taints(node);
+        let with_taint = || {
+            let mut t = current.to_vec();
+            t.push(maintenance_taint());
+            t
+        };
+        match (has_maintenance_taint(current), taint_before(node)) {
+            (true, Some(_)) => {}
+            // Placed by someone else before: Complete leaves it.
+            (true, None) => p.taint_before = Some(Some(true)),
+            (false, None) => {
+                p.taints = Some(with_taint());
+                p.taint_before = Some(Some(false));
+                p.events.push(NodeEvent::Tainted);
+            }
+            (false, Some(_)) => {
+                p.taints = Some(with_taint());
+                p.events.push(NodeEvent::Retainted);
+            }
+        }
+    }
+    (!p.is_empty()).then_some(p)
+}
+
+/// Complete: the change that gives the node back its previous `unschedulable` and taint,
+/// unless another Cordon/Drain maintenance still `held` it. What no maintenance changed (no
+/// annotation) is left alone.
 pub fn restore(node: &Node, held: bool) -> Option<NodePatch> {
     if held {
         return None;
     }
-    let before = unschedulable_before(node)?;
-    let now = is_unschedulable(node);
-    Some(NodePatch {
-        unschedulable: (now != before).then_some(before),
-        before: Some(None),
-        event: (now && !before).then_some(NodeEvent::Uncordoned),
-    })
+    let mut p = NodePatch::default();
+    if let Some(before) = unschedulable_before(node) {
+        let now = is_unschedulable(node);
+        p.unschedulable = (now != before).then_some(before);
+        p.before = Some(None);
+        if now && !before {
+            p.events.push(NodeEvent::Uncordoned);
+        }
+    }
+    if let Some(before) = taint_before(node) {
+        let current = taints(node);
+        if !before && has_maintenance_taint(current) {
+            let rest: Vec<Taint> = current
+                .iter()
+                .filter(|t| !has_maintenance_taint(std::slice::from_ref(t)))
+                .cloned()
+                .collect();
+            p.taints = Some(rest);
+            p.events.push(NodeEvent::Untainted);
+        }
+        p.taint_before = Some(None);
+    }
+    (!p.is_empty()).then_some(p)
 }
 
 #[cfg(test)]
@@ -152,6 +253,30 @@ mod tests {
         n
     }
 
+    /// A node held cordoned by a maintenance, with or without the taint and its annotation.
+    fn tainted(taint: bool, before: Option<&str>) -> Node {
+        let mut n = node(Some(true), Some("false"));
+        let other = Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let mut list = vec![other];
+        if taint {
+            list.push(maintenance_taint());
+        }
+        n.spec.as_mut().unwrap().taints = Some(list);
+        if let Some(b) = before {
+            n.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(MAINTENANCE_TAINT_BEFORE_ANNOTATION.into(), b.into());
+        }
+        n
+    }
+
     fn patch(
         u: Option<bool>,
         before: Option<Option<bool>>,
@@ -160,7 +285,8 @@ mod tests {
         Some(NodePatch {
             unschedulable: u,
             before,
-            event,
+            events: event.into_iter().collect(),
+            ..Default::default()
         })
     }
 
@@ -204,8 +330,64 @@ mod tests {
             ),
         ];
         for (name, n, want) in rows {
-            assert_eq!(cordon(&n), want, "{name}");
+            assert_eq!(cordon(&n, false), want, "{name}");
         }
+    }
+
+    #[test]
+    fn taint_rows() {
+        let with = |t: bool| -> Vec<Taint> {
+            let mut l = tainted(t, None).spec.unwrap().taints.unwrap();
+            if !t {
+                l.push(maintenance_taint());
+            }
+            l
+        };
+        let rows = [
+            (
+                "placed, other taints kept, false remembered",
+                tainted(false, None),
+                Some(NodePatch {
+                    taints: Some(with(false)),
+                    taint_before: Some(Some(false)),
+                    events: vec![NodeEvent::Tainted],
+                    ..Default::default()
+                }),
+            ),
+            (
+                "held and tainted: nothing",
+                tainted(true, Some("false")),
+                None,
+            ),
+            (
+                "tainted by someone else before: only remembered",
+                tainted(true, None),
+                Some(NodePatch {
+                    taint_before: Some(Some(true)),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "removed mid-way: placed again with an event",
+                tainted(false, Some("false")),
+                Some(NodePatch {
+                    taints: Some(with(false)),
+                    events: vec![NodeEvent::Retainted],
+                    ..Default::default()
+                }),
+            ),
+        ];
+        for (name, n, want) in rows {
+            assert_eq!(cordon(&n, true), want, "{name}");
+        }
+        // Cordon and taint of a fresh node: one patch, two events.
+        let mut fresh = tainted(false, None);
+        fresh.spec.as_mut().unwrap().unschedulable = None;
+        fresh.metadata.annotations = None;
+        let p = cordon(&fresh, true).unwrap();
+        assert_eq!(p.events, [NodeEvent::Cordoned, NodeEvent::Tainted]);
+        // Without DaemonSet targets the taint is never placed, nor removed.
+        assert_eq!(cordon(&tainted(true, Some("false")), false), None);
     }
 
     #[test]
@@ -248,8 +430,54 @@ mod tests {
     }
 
     #[test]
+    fn restore_taint_rows() {
+        let others = tainted(false, None).spec.unwrap().taints.unwrap();
+        let uncordon = |taints: Option<Vec<Taint>>, events: Vec<NodeEvent>| NodePatch {
+            unschedulable: Some(false),
+            before: Some(None),
+            taints,
+            taint_before: Some(None),
+            events,
+        };
+        let rows = [
+            (
+                "placed by us: removed with the cordon, other taints kept",
+                tainted(true, Some("false")),
+                false,
+                Some(uncordon(
+                    Some(others.clone()),
+                    vec![NodeEvent::Uncordoned, NodeEvent::Untainted],
+                )),
+            ),
+            (
+                "placed by someone else before: kept",
+                tainted(true, Some("true")),
+                false,
+                Some(uncordon(None, vec![NodeEvent::Uncordoned])),
+            ),
+            (
+                "removed by someone already: annotation dropped",
+                tainted(false, Some("false")),
+                false,
+                Some(uncordon(None, vec![NodeEvent::Uncordoned])),
+            ),
+            (
+                "another maintenance holds the node: kept",
+                tainted(true, Some("false")),
+                true,
+                None,
+            ),
+        ];
+        for (name, n, held, want) in rows {
+            assert_eq!(restore(&n, held), want, "{name}");
+        }
+    }
+
+    #[test]
     fn merge_patches() {
-        let p = cordon(&node(None, None)).unwrap().merge_patch(Some("7"));
+        let p = cordon(&node(None, None), false)
+            .unwrap()
+            .merge_patch(Some("7"));
         assert_eq!(
             p,
             json!({"metadata": {"resourceVersion": "7", "annotations": {UNSCHEDULABLE_BEFORE_ANNOTATION: "false"}}, "spec": {"unschedulable": true}})
@@ -260,6 +488,27 @@ mod tests {
         assert_eq!(
             r,
             json!({"metadata": {"resourceVersion": "8", "annotations": {UNSCHEDULABLE_BEFORE_ANNOTATION: null}}, "spec": {"unschedulable": null}})
+        );
+        let mut only_ours = node(Some(true), Some("false"));
+        only_ours.spec.as_mut().unwrap().taints = None;
+        let t = cordon(&only_ours, true).unwrap().merge_patch(Some("9"));
+        assert_eq!(
+            t,
+            json!({"metadata": {"resourceVersion": "9", "annotations": {MAINTENANCE_TAINT_BEFORE_ANNOTATION: "false"}},
+                   "spec": {"taints": [{"key": MAINTENANCE_TAINT, "effect": "NoSchedule"}]}})
+        );
+        let mut back = only_ours;
+        back.spec.as_mut().unwrap().taints = Some(vec![maintenance_taint()]);
+        back.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(MAINTENANCE_TAINT_BEFORE_ANNOTATION.into(), "false".into());
+        let u = restore(&back, false).unwrap().merge_patch(Some("10"));
+        assert_eq!(u["spec"]["taints"], Value::Null);
+        assert_eq!(
+            u["metadata"]["annotations"][MAINTENANCE_TAINT_BEFORE_ANNOTATION],
+            Value::Null
         );
     }
 }

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::NodeMaintenance;
+use crate::api::{EvictionRequest, NodeMaintenance};
 use crate::cluster::CachedPod;
 use crate::drain::holds::selects_node;
 pub use crate::drain::holds::{holds_nodes, is_draining};
-use crate::drain::{DrainInput, DrainPod, MaintenanceInput};
+pub use crate::drain::leaving::has_node_agent;
+use crate::drain::{DrainInput, DrainPod, Leaving, MaintenanceInput};
 
 /// True when the maintenance selects the node.
 pub fn selects(nm: &NodeMaintenance, node: &Node) -> bool {
@@ -59,13 +60,15 @@ pub fn evacuation_totals(maintenances: &[Arc<NodeMaintenance>]) -> (i64, i64) {
 }
 
 /// The input of `plan_drain` for every draining maintenance among `maintenances`, with the
-/// pods of the nodes they select. `has_request(namespace, uid)` says whether a pod already has
-/// an EvictionRequest.
-pub fn drain_input(
+/// pods of the nodes they select. `request(namespace, uid)` is a pod's EvictionRequest, if it
+/// has one; `daemonset_interceptor` says whether `daemonset.apps.k8s.io` runs (with the nodes'
+/// node agents, it decides which DaemonSet and static pods can leave).
+pub fn drain_input<R: std::ops::Deref<Target = EvictionRequest>>(
     maintenances: &[Arc<NodeMaintenance>],
     nodes: &[Arc<Node>],
     pods: &[Arc<CachedPod>],
-    has_request: impl Fn(&str, &str) -> bool,
+    request: impl Fn(&str, &str) -> Option<R>,
+    daemonset_interceptor: bool,
 ) -> DrainInput {
     let mut draining: Vec<&Arc<NodeMaintenance>> =
         maintenances.iter().filter(|m| is_draining(m)).collect();
@@ -93,13 +96,23 @@ pub fn drain_input(
         .iter()
         .flat_map(|m| m.nodes.iter().map(String::as_str))
         .collect();
+    let with_agent: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| has_node_agent(n))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
     let mut by_node: BTreeMap<String, Vec<DrainPod>> = BTreeMap::new();
     for pod in pods {
         let Some(node) = pod.spec.node_name.as_deref() else {
             continue;
         };
         if wanted.contains(node) {
-            let drain_pod = DrainPod::from_cached(pod, has_request(pod.namespace(), pod.uid()));
+            let leaving = Leaving {
+                daemonset_interceptor,
+                node_agent: with_agent.contains(node),
+            };
+            let request = request(pod.namespace(), pod.uid());
+            let drain_pod = DrainPod::from_cached(pod, request.as_deref(), leaving);
             by_node.entry(node.to_string()).or_default().push(drain_pod);
         }
     }
@@ -246,7 +259,15 @@ mod tests {
             maintenance("m1", Stage::Cordon, "b", &[]),
         ];
         let pods = [pod("p2", "one"), pod("p1", "one"), pod("q", "two")];
-        let input = drain_input(&ms, &nodes, &pods, |_, uid| uid == "uid-p1");
+        let request = |_: &str, uid: &str| {
+            (uid == "uid-p1").then(|| {
+                Arc::new(EvictionRequest::new(
+                    uid,
+                    crate::api::EvictionRequestSpec::default(),
+                ))
+            })
+        };
+        let input = drain_input(&ms, &nodes, &pods, request, true);
         assert_eq!(input.maintenances.len(), 1);
         assert_eq!(input.maintenances[0].name, "m2");
         assert_eq!(input.maintenances[0].nodes, vec!["one"]);

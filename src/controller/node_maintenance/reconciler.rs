@@ -24,7 +24,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::cordon::{cordon, restore};
+use super::cordon::{NodePatch, cordon, restore};
 use super::gather::{
     drain_input, evacuation_totals, holds_nodes, is_draining, selected_nodes, selects,
 };
@@ -35,10 +35,10 @@ use super::stages::{
 };
 use super::writes::{self, Error};
 use crate::api::{
-    CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, Stage,
+    CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, PodType, Stage,
 };
 use crate::cluster::{CachedPod, Caches};
-use crate::drain::{DrainEvent, DrainOutput, plan_drain};
+use crate::drain::{DrainEvent, DrainOutput, MaintenanceOutput, plan_drain};
 use crate::metrics::{ControllerLabel, StageLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder};
 
@@ -57,6 +57,8 @@ pub struct Context {
     pub caches: Arc<Caches>,
     /// Event recorder.
     pub recorder: Recorder,
+    /// `daemonset.apps.k8s.io` runs (`--daemonset-interceptor`): DaemonSet pods leave through it.
+    pub daemonset_interceptor: bool,
 }
 
 fn controller_label() -> ControllerLabel {
@@ -220,12 +222,27 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     let selected = selected_nodes(&current, &nodes);
     let mut first_error: Option<Error> = None;
     let mut done = true;
+    // Drain: every maintenance in Drain resolved at once (drain targets couple them).
+    let drain = (stage == Stage::Drain).then(|| {
+        let name = current.name_any();
+        let (output, pods) = resolve_drain(ctx, &nodes);
+        let mine = output.maintenances.into_iter().find(|o| o.name == name);
+        (mine, pods)
+    });
+    let mut to_request = None;
     match stage {
         Stage::Idle => {}
         Stage::Cordon | Stage::Drain => {
+            // A node whose targets reach its DaemonSet pods gets the maintenance taint first,
+            // before the status says so and before any request for such a pod exists.
+            let tainted: BTreeSet<&str> = drain
+                .as_ref()
+                .and_then(|(mine, _)| mine.as_ref())
+                .map(|m| daemonset_targeted_nodes(m).collect())
+                .unwrap_or_default();
             keep(
                 &mut first_error,
-                cordon_nodes(ctx, &current, &selected, &nodes).await,
+                cordon_nodes(ctx, &current, &selected, &nodes, &tainted).await,
             );
         }
         Stage::Complete => {
@@ -242,34 +259,35 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
             }
         }
     }
-    if stage == Stage::Drain {
-        let name = current.name_any();
-        let (output, pods) = resolve_drain(ctx, &nodes);
-        if let Some(mine) = output.maintenances.iter().find(|o| o.name == name) {
-            keep(&mut first_error, request_pods(ctx, mine, &pods).await);
-            status.drain_plan_position = Some(mine.drain_plan_position);
-            status.node_statuses = mine.node_statuses.clone();
-            status.conditions = with_drained_condition(
-                &status.conditions,
-                mine.drained,
-                current.metadata.generation,
-                now.clone(),
-            );
-            notes.extend(mine.events.iter().map(drain_note));
-            if mine.drained && !old_status.is_true(CONDITION_DRAINED) {
-                if let Some(start) = drain_started(&status.stage_statuses) {
-                    let secs = now.0.duration_since(start.0).as_secs_f64();
-                    metrics().drain_duration.observe(secs.max(0.0));
-                }
-                notes.push(Note::normal(
-                    "Drained",
-                    "Every targeted pod is gone from the selected nodes".to_string(),
-                ));
+    if let Some((Some(mine), pods)) = &drain {
+        status.drain_plan_position = Some(mine.drain_plan_position);
+        status.node_statuses = mine.node_statuses.clone();
+        status.conditions = with_drained_condition(
+            &status.conditions,
+            mine.drained,
+            current.metadata.generation,
+            now.clone(),
+        );
+        notes.extend(mine.events.iter().map(drain_note));
+        if mine.drained && !old_status.is_true(CONDITION_DRAINED) {
+            if let Some(start) = drain_started(&status.stage_statuses) {
+                let secs = now.0.duration_since(start.0).as_secs_f64();
+                metrics().drain_duration.observe(secs.max(0.0));
             }
+            notes.push(Note::normal(
+                "Drained",
+                "Every targeted pod is gone from the selected nodes".to_string(),
+            ));
         }
+        to_request = Some((mine, pods));
     }
     if status != old_status {
         current = writes::write_status(&ctx.client, &current, &status).await?;
+    }
+    // Requests only once the status records the targets they follow from: an implicit
+    // interceptor (DaemonSet, static pods) acts only for pods a recorded target covers.
+    if let Some((mine, pods)) = to_request {
+        keep(&mut first_error, request_pods(ctx, mine, pods).await);
     }
     publish(ctx, &current, &notes).await;
     if let Some(e) = first_error {
@@ -299,9 +317,13 @@ fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<Ca
     let maintenances = ctx.caches.node_maintenances.all();
     let pods = ctx.caches.pods.all();
     let requests = &ctx.caches.eviction_requests;
-    let input = drain_input(&maintenances, nodes, &pods, |ns, uid| {
-        requests.get(Some(ns), uid).is_some()
-    });
+    let input = drain_input(
+        &maintenances,
+        nodes,
+        &pods,
+        |ns, uid| requests.get(Some(ns), uid),
+        ctx.daemonset_interceptor,
+    );
     (plan_drain(&input), pods)
 }
 
@@ -309,24 +331,33 @@ fn drain_note(e: &DrainEvent) -> Note {
     Note::normal(e.reason(), e.message())
 }
 
-/// Cordon and Drain: keeps every selected node cordoned.
+/// The nodes whose drain targets (as `mine` records them) reach DaemonSet pods.
+fn daemonset_targeted_nodes(mine: &MaintenanceOutput) -> impl Iterator<Item = &str> {
+    mine.node_statuses
+        .iter()
+        .filter(|s| {
+            s.drain_targets
+                .iter()
+                .any(|t| t.pod_type == PodType::DaemonSet)
+        })
+        .map(|s| s.node_ref.name.as_str())
+}
+
+/// Cordon and Drain: keeps every selected node cordoned, and the `tainted` ones tainted.
 async fn cordon_nodes(
     ctx: &Context,
     nm: &NodeMaintenance,
     selected: &[String],
     nodes: &[Arc<Node>],
+    tainted: &BTreeSet<&str>,
 ) -> Result<(), Error> {
     let mut first = None;
     for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
-        if let Some(change) = cordon(node) {
+        let name = node.name_any();
+        if let Some(change) = cordon(node, tainted.contains(name.as_str())) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
-            if let (Ok(()), Some(event)) = (&result, change.event) {
-                let note = Note {
-                    reason: event.reason(),
-                    message: event.message(&node.name_any()),
-                    warning: event == super::cordon::NodeEvent::Recordoned,
-                };
-                publish(ctx, nm, &[note]).await;
+            if result.is_ok() {
+                publish(ctx, nm, &node_notes(&change, &name)).await;
             }
             keep(&mut first, result);
         }
@@ -334,7 +365,20 @@ async fn cordon_nodes(
     first.map_or(Ok(()), Err)
 }
 
-/// Complete: restores `unschedulable` on selected nodes no other Cordon/Drain maintenance holds.
+fn node_notes(change: &NodePatch, node: &str) -> Vec<Note> {
+    change
+        .events
+        .iter()
+        .map(|e| Note {
+            reason: e.reason(),
+            message: e.message(node),
+            warning: e.is_warning(),
+        })
+        .collect()
+}
+
+/// Complete: restores `unschedulable` and the taint on selected nodes no other Cordon/Drain
+/// maintenance holds.
 async fn restore_nodes(
     ctx: &Context,
     nm: &NodeMaintenance,
@@ -353,9 +397,8 @@ async fn restore_nodes(
         let held = others.iter().any(|m| selects(m, node));
         if let Some(change) = restore(node, held) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
-            if let (Ok(()), Some(event)) = (&result, change.event) {
-                let note = Note::normal(event.reason(), event.message(&node.name_any()));
-                publish(ctx, nm, &[note]).await;
+            if result.is_ok() {
+                publish(ctx, nm, &node_notes(&change, &node.name_any())).await;
             }
             keep(&mut first, result);
         }
@@ -366,7 +409,7 @@ async fn restore_nodes(
 /// Drain: creates or joins a request for every pod the maintenance targets.
 async fn request_pods(
     ctx: &Context,
-    mine: &crate::drain::MaintenanceOutput,
+    mine: &MaintenanceOutput,
     pods: &[Arc<CachedPod>],
 ) -> Result<(), Error> {
     let node_of: BTreeMap<&str, &str> = pods
@@ -482,6 +525,11 @@ fn refresh_gauges(caches: &Caches) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_controller_label_is_one_of_the_zeroed_ones() {
+        assert!(crate::metrics::CONTROLLERS.contains(&CONTROLLER));
+    }
+
     /// One name per event in code and README (the recorder once said `FastForwarded`).
     #[rstest::rstest]
     #[case(DrainEvent::PlanAdvanced { from: 0, to: 1 }, "DrainPlanAdvanced")]
@@ -493,6 +541,26 @@ mod tests {
     ) {
         assert_eq!(drain_note(&e).reason, reason);
         let readme = include_str!("../../../README.md");
+        assert!(
+            readme.contains(&format!("`{reason}`")),
+            "README lists {reason}"
+        );
+    }
+
+    #[rstest::rstest]
+    fn node_events_are_listed_in_the_readme(
+        #[values(
+            crate::controller::node_maintenance::cordon::NodeEvent::Cordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Recordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Uncordoned,
+            crate::controller::node_maintenance::cordon::NodeEvent::Tainted,
+            crate::controller::node_maintenance::cordon::NodeEvent::Retainted,
+            crate::controller::node_maintenance::cordon::NodeEvent::Untainted
+        )]
+        e: crate::controller::node_maintenance::cordon::NodeEvent,
+    ) {
+        let readme = include_str!("../../../README.md");
+        let reason = e.reason();
         assert!(
             readme.contains(&format!("`{reason}`")),
             "README lists {reason}"
