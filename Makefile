@@ -65,13 +65,16 @@ test: lint
 ## make bench: the criterion micro-benchmarks and the system benchmarks (webhook under load over TLS,
 ## HTTP/1.1 and HTTP/2, against a limit server, memory per cached pod, controllers and a 100-node drain
 ## on a real control plane; about 17 minutes on two cores once built before HTTP/2 was added, which
-## about doubles the webhook part's 3.5, plus about 2 min 20 s to rebuild the crate); writes
+## about doubles the webhook part's 3.5, plus about 2 min 20 s to rebuild the crate; and the pool
+## part, a 40-node pool drained side by side with the real kubectl drain, EVICTORD_BENCH_PARTS=pool
+## alone, about an hour for its ten modes); writes
 ## $${CARGO_TARGET_DIR:-target}/bench/REPORT.md (issue 17's goals first), report.json and, when perf
 ## is installed (Debian: linux-perf), profile-<body>.txt (see README "Performance").
 ## Knobs: EVICTORD_BENCH_* (benches/system/settings.rs), e.g. EVICTORD_BENCH_PARTS=webhook or
 ## EVICTORD_BENCH_BASELINE=path/to/an/older/evictord (a third column, from the same run).
 bench:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn}"; \
+	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	$(CARGO) bench --locked --no-run --bench review --bench system && \
 	$(CARGO) bench --locked --bench review -- --warm-up-time 1 --measurement-time 3 && \
 	$(CARGO) bench --locked --bench system

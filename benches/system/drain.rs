@@ -297,7 +297,7 @@ fn fmt_cores(c: Option<f64>) -> String {
 }
 
 /// The increase of every request series, and of the writes among them.
-fn request_totals(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, f64) {
+pub fn request_totals(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, f64) {
     const WRITES: [&str; 6] = [
         "POST",
         "PUT",
@@ -376,7 +376,7 @@ pub fn control_plane_pids(c: &support::TestCluster) -> (Option<u32>, Option<u32>
 }
 
 /// The increase of each series of `metric` per evicted pod, largest first, above 0.01.
-fn per_pod(
+pub fn per_pod(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
     metric: &str,

@@ -50,7 +50,7 @@ impl Verdict {
         }
     }
 
-    fn of(met: bool) -> Self {
+    pub fn of(met: bool) -> Self {
         if met { Verdict::Met } else { Verdict::Missed }
     }
 }
@@ -110,6 +110,7 @@ pub fn evaluate(r: &Report) -> Vec<Goal> {
     drain_goals(r, &mut out);
     create_goal(r, &mut out);
     profile_goals(r, &mut out);
+    crate::pool_report::goals(r, &mut out);
     out
 }
 
@@ -768,7 +769,7 @@ fn profile_goals(r: &Report, out: &mut Vec<Goal>) {
 /// The goals table.
 pub fn markdown(goals: &[Goal]) -> String {
     let mut o = String::from(
-        "## Goals (issue 17)\n\nEach figure from this run (medians of its runs; details in the sections below and in `report.json`), beside its target.\n\n| goal | what | this run | target | |\n|---|---|---|---|---|\n",
+        "## Goals (issues 17 and 35)\n\nEach figure from this run (medians of its runs; details in the sections below and in `report.json`), beside its target.\n\n| goal | what | this run | target | |\n|---|---|---|---|---|\n",
     );
     for g in goals {
         o += &format!(

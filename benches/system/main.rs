@@ -13,12 +13,16 @@
 //!    hand-off latency, EvictionRequest create latency with and without the webhook
 //!    ([`controllers`]);
 //! 4. a node maintenance drain: N nodes × P pods, one NodeMaintenance in stage Drain, time to
-//!    `Drained=True`, evictions/s and evictord's peak RSS ([`drain`]).
+//!    `Drained=True`, evictions/s and evictord's peak RSS ([`drain`]);
+//! 5. a node pool of every kind of workload drained side by side with the real `kubectl drain`,
+//!    with and without evictord, and by a NodeMaintenance: availability sampled every 100 ms,
+//!    PodDisruptionBudget floors, time ([`pool`], issue 35).
 //!
-//! They run in the order 1, 3, 4, 2 (memory last, see `main`). Writes
+//! They run in the order 1, 3, 4, 5, 2 (memory last, see `main`). Writes
 //! `$CARGO_TARGET_DIR/bench/report.json` (raw numbers) and `REPORT.md` (medians, and a table of
-//! issue 17's goals with this run's figures, each marked met or missed). Parts 2
-//! to 4 need kube-apiserver and etcd in `$KUBEBUILDER_ASSETS` (`make bench` sets it); without
+//! issues 17's and 35's goals with this run's figures, each marked met or missed). Parts 2
+//! to 5 need kube-apiserver and etcd in `$KUBEBUILDER_ASSETS` (`make bench` sets it; part 5
+//! also kube-controller-manager there, and `kubectl` in `$EVICTORD_TOOLS`); without
 //! them they are skipped and the report says so. Every knob is an environment variable, see
 //! [`settings`]. The binary re-executes itself as the limit server (`EVICTORD_BENCH_ROLE`).
 
@@ -33,10 +37,14 @@ mod goals;
 mod limit_server;
 mod loadgen;
 mod memory;
+mod pool;
+mod pool_files;
+mod pool_report;
 mod prom;
 mod replay;
 mod report;
 mod settings;
+mod svg;
 mod webhook;
 
 use std::path::PathBuf;
@@ -115,14 +123,14 @@ fn main() -> anyhow::Result<()> {
             report.webhook = Some(result.map_err(|e| format!("{e:#}")));
             report.write(&dir)?;
         }
-        let cluster_parts = ["memory", "controllers", "drain"]
+        let cluster_parts = ["memory", "controllers", "drain", "pool"]
             .iter()
             .any(|p| settings.parts.contains(*p));
         if cluster_parts {
             match std::env::var_os("KUBEBUILDER_ASSETS") {
                 None => {
                     report.skipped.push(
-                        "memory, controllers and drain: KUBEBUILDER_ASSETS is not set (run `make bench`, which builds or finds kube-apiserver and etcd)".into(),
+                        "memory, controllers, drain and pool: KUBEBUILDER_ASSETS is not set (run `make bench`, which builds or finds kube-apiserver and etcd)".into(),
                     );
                 }
                 Some(_) => {
@@ -140,6 +148,20 @@ fn main() -> anyhow::Result<()> {
                         let t = std::time::Instant::now();
                         report.drain = Some(drain::run(&settings).await.map_err(|e| format!("{e:#}")));
                         report.meta.part_seconds.push(("drain".into(), t.elapsed().as_secs_f64()));
+                        report.write(&dir)?;
+                    }
+                    if settings.parts.contains("pool") {
+                        // After the drain and before memory: its kube-controller-manager stops
+                        // at the end, so memory's 50 000 pods never reach its informers.
+                        let t = std::time::Instant::now();
+                        let result = pool::run(&settings, &dir, &mut |partial| {
+                            report.pool = Some(Ok(partial.clone()));
+                            report.write(&dir)
+                        })
+                        .await;
+                        support::control_plane::stop_controller_manager();
+                        report.pool = Some(result.map_err(|e| format!("{e:#}")));
+                        report.meta.part_seconds.push(("pool".into(), t.elapsed().as_secs_f64()));
                         report.write(&dir)?;
                     }
                     if settings.parts.contains("memory") {

@@ -11,6 +11,7 @@ use crate::drain::DrainResults;
 use crate::loadgen::median;
 use crate::loadgen::{FixedRate, Protocol};
 use crate::memory::{MemoryResults, ReplayResults};
+use crate::pool::PoolResults;
 use crate::settings::Settings;
 use crate::webhook::{BodyResult, ServerRun, WebhookResults};
 
@@ -40,6 +41,7 @@ pub struct Report {
     pub memory: Option<Result<MemoryResults, String>>,
     pub controllers: Option<Result<ControllerResults, String>>,
     pub drain: Option<Result<DrainResults, String>>,
+    pub pool: Option<Result<PoolResults, String>>,
     /// Criterion's estimates of `benches/review.rs`, when it ran before (`make bench`).
     pub micro: Vec<Micro>,
     pub skipped: Vec<String>,
@@ -147,6 +149,7 @@ impl Report {
                 commands: vec![
                     "make bench".into(),
                     "  = export KUBEBUILDER_ASSETS=\"$(tests/tools/envtest.sh)\" EVICTORD_TEST_LOG=warn".into(),
+                    "    export EVICTORD_TOOLS=\"$(tests/tools/helm-kubectl.sh)\"".into(),
                     "    cargo bench --locked --no-run --bench review --bench system".into(),
                     "    cargo bench --locked --bench review -- --warm-up-time 1 --measurement-time 3".into(),
                     "    cargo bench --locked --bench system".into(),
@@ -160,6 +163,7 @@ impl Report {
             memory: None,
             controllers: None,
             drain: None,
+            pool: None,
             micro: Vec::new(),
             skipped: Vec::new(),
         }
@@ -236,6 +240,7 @@ impl Report {
         o += &self.memory_md();
         o += &self.controllers_md();
         o += &self.drain_md();
+        o += &crate::pool_report::markdown(self.pool.as_ref());
         if !self.micro.is_empty() {
             o += "## Micro-benchmarks (criterion, `benches/review.rs`: decode + review, no HTTP)\n\n| benchmark | median | mean |\n|---|---|---|\n";
             for b in &self.micro {

@@ -6,7 +6,7 @@
 //!
 //! | variable | default | what |
 //! |---|---|---|
-//! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers,drain` | which parts run |
+//! | `EVICTORD_BENCH_PARTS` | `webhook,memory,controllers,drain,pool` | which parts run |
 //! | `EVICTORD_BENCH_RUNS` | `3` | runs per figure (the report quotes medians) |
 //! | `EVICTORD_BENCH_PROTOCOLS` | `http1,h2,http1-new` | protocols of the webhook part (`http1`, `h2`; `http1-new`: HTTP/1.1 with a new connection per request, as kube-apiserver calls beyond its 25 idle connections, saturation only) |
 //! | `EVICTORD_BENCH_CONNECTIONS` | `16` | HTTP/1.1 keep-alive connections at saturation |
@@ -28,6 +28,16 @@
 //! | `EVICTORD_BENCH_DRAIN_RUNS` | `3` | runs of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_NODES` | `100` | nodes of the drain part |
 //! | `EVICTORD_BENCH_DRAIN_PODS_PER_NODE` | `110` | pods per node of the drain part |
+//! | `EVICTORD_BENCH_POOL_NODES` | `40` | nodes of the pool part |
+//! | `EVICTORD_BENCH_POOL_DRAINED` | half the nodes | nodes drained in each mode of the pool part |
+//! | `EVICTORD_BENCH_POOL_PODS` | `1000` | pods of the full pool (workload mix: `tests/support/pool/workloads.rs`) |
+//! | `EVICTORD_BENCH_POOL_MODES` | all ten | the pool part's modes, `POOL/DRAINER` with POOL `full` or `finishable` (without the 1-replica PDB workloads) and DRAINER `kubectl-each`, `kubectl-all`, `evictord+kubectl-each`, `evictord+kubectl-all`, `evictord+nodemaintenance` |
+//! | `EVICTORD_BENCH_POOL_TIMEOUT` | `600` | seconds a mode's drain may take before it is stopped |
+//! | `EVICTORD_BENCH_POOL_NODE_TIMEOUT` | `120` | `kubectl drain --timeout` of each call, seconds |
+//! | `EVICTORD_BENCH_POOL_START_DELAY` | `2` | seconds from binding to Running and Ready (played kubelet) |
+//! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
+//! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
+//! | `EVICTORD_BENCH_POOL_EVICTORD_FLAGS` | empty (the shipped defaults) | extra `evictord serve` flags of the pool part, space-separated |
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -64,6 +74,7 @@ pub struct Settings {
     pub drain_runs: usize,
     pub drain_nodes: usize,
     pub drain_pods_per_node: usize,
+    pub pool: PoolSettings,
     /// The variables that were set, for the report.
     pub overrides: Vec<(String, String)>,
 }
@@ -94,10 +105,13 @@ impl Settings {
                 Err(_) => default.to_string(),
             }
         };
-        let parts = var("EVICTORD_BENCH_PARTS", "webhook,memory,controllers,drain")
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
+        let parts = var(
+            "EVICTORD_BENCH_PARTS",
+            "webhook,memory,controllers,drain,pool",
+        )
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
         let runs = var("EVICTORD_BENCH_RUNS", "3").parse()?;
         let protocols: Vec<Protocol> =
             list(&var("EVICTORD_BENCH_PROTOCOLS", "http1,h2,http1-new"))?;
@@ -124,6 +138,36 @@ impl Settings {
         let drain_runs = var("EVICTORD_BENCH_DRAIN_RUNS", "3").parse()?;
         let drain_nodes = var("EVICTORD_BENCH_DRAIN_NODES", "100").parse()?;
         let drain_pods_per_node = var("EVICTORD_BENCH_DRAIN_PODS_PER_NODE", "110").parse()?;
+        let pool_nodes: usize = var("EVICTORD_BENCH_POOL_NODES", "40").parse()?;
+        let pool_drained = match var("EVICTORD_BENCH_POOL_DRAINED", "").as_str() {
+            "" => pool_nodes / 2,
+            n => n.parse()?,
+        };
+        let pool = PoolSettings {
+            nodes: pool_nodes,
+            drained: pool_drained,
+            pods: var("EVICTORD_BENCH_POOL_PODS", "1000").parse()?,
+            modes: list(&var(
+                "EVICTORD_BENCH_POOL_MODES",
+                &crate::pool::DEFAULT_MODES.join(","),
+            ))?,
+            timeout: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_TIMEOUT", "600").parse()?),
+            node_timeout: Duration::from_secs_f64(
+                var("EVICTORD_BENCH_POOL_NODE_TIMEOUT", "120").parse()?,
+            ),
+            start_delay: Duration::from_secs_f64(
+                var("EVICTORD_BENCH_POOL_START_DELAY", "2").parse()?,
+            ),
+            grace: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_GRACE", "2").parse()?),
+            served: list(&var(
+                "EVICTORD_BENCH_POOL_SERVED",
+                &crate::support::pool::workloads::SERVED.join(","),
+            ))?,
+            evictord_flags: var("EVICTORD_BENCH_POOL_EVICTORD_FLAGS", "")
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+        };
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
         anyhow::ensure!(
             handoff_rate.is_finite() && handoff_rate >= 0.0,
@@ -156,6 +200,10 @@ impl Settings {
             drain_nodes >= 1,
             "EVICTORD_BENCH_DRAIN_NODES must be at least 1"
         );
+        anyhow::ensure!(
+            pool.drained >= 1 && pool.drained < pool.nodes,
+            "EVICTORD_BENCH_POOL_DRAINED must be at least 1 and fewer than EVICTORD_BENCH_POOL_NODES"
+        );
         Ok(Self {
             parts,
             runs,
@@ -181,7 +229,23 @@ impl Settings {
             drain_runs,
             drain_nodes,
             drain_pods_per_node,
+            pool,
             overrides,
         })
     }
+}
+
+/// The pool part's knobs (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub nodes: usize,
+    pub drained: usize,
+    pub pods: usize,
+    pub modes: Vec<crate::pool::Mode>,
+    pub timeout: Duration,
+    pub node_timeout: Duration,
+    pub start_delay: Duration,
+    pub grace: Duration,
+    pub served: Vec<String>,
+    pub evictord_flags: Vec<String>,
 }

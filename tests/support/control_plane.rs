@@ -48,7 +48,7 @@ struct Processes {
 }
 
 static CLUSTER: OnceCell<TestCluster> = OnceCell::const_new();
-static CONTROLLER_MANAGER: OnceCell<()> = OnceCell::const_new();
+static CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 static EVICTION_AUDIT: AtomicBool = AtomicBool::new(false);
 
@@ -107,7 +107,15 @@ pub async fn cluster_with_controller_manager() -> &'static TestCluster {
 pub const WORKLOAD_CONTROLLERS: &str =
     "deployment,replicaset,statefulset,daemonset,disruption,horizontalpodautoscaling";
 
-fn start_controller_manager(c: &TestCluster) {
+/// Stops the kube-controller-manager of [`cluster_with_controller_manager`] (SIGTERM), for a
+/// benchmark whose later parts measure without it; it is not started again in this process.
+pub fn stop_controller_manager() {
+    if let Some(pid) = CONTROLLER_MANAGER.get() {
+        send_signal(*pid, "TERM");
+    }
+}
+
+fn start_controller_manager(c: &TestCluster) -> u32 {
     let bin = c.assets.join("kube-controller-manager");
     assert!(
         bin.is_file(),
@@ -131,6 +139,7 @@ fn start_controller_manager(c: &TestCluster) {
         .spawn()
         .expect("starting kube-controller-manager");
     kill_on_exit(kcm.id());
+    kcm.id()
 }
 
 /// A loopback port that is free now and that no earlier call in this process returned.

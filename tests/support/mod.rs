@@ -17,6 +17,7 @@ pub mod interceptor;
 pub mod kubelet;
 pub mod node_agent;
 pub mod plugin;
+pub mod pool;
 pub mod process;
 pub mod static_kubelet;
 pub mod surge;

@@ -1,0 +1,830 @@
+//! Part 5 (issue 35): a node pool drained side by side with `kubectl drain`, on the real control
+//! plane (kube-apiserver v1.20 + etcd + kube-controller-manager's workload, disruption and HPA
+//! controllers), with the played scheduler and kubelet of `tests/support/pool/`.
+//!
+//! Each mode runs on a fresh pool (`EVICTORD_BENCH_POOL_NODES` nodes, the first
+//! `EVICTORD_BENCH_POOL_DRAINED` drained, about `EVICTORD_BENCH_POOL_PODS` pods of the workload
+//! mix `tests/support/pool/workloads.rs`), the *full* one or the *finishable* one (without the
+//! 1-replica Deployments behind `minAvailable: 1`, on which `kubectl drain` alone waits forever):
+//! - `kubectl-each`: the real `kubectl drain NODE` (`$EVICTORD_TOOLS`), node after node, the
+//!   loop going on to the next node when a call fails (`|| continue`), each call with
+//!   `--timeout=EVICTORD_BENCH_POOL_NODE_TIMEOUT`;
+//! - `kubectl-all`: one `kubectl drain` of every drained node (it cordons them all first);
+//! - the same two with `evictord+`: `evictord serve` (release build, the shipped defaults and
+//!   `EVICTORD_BENCH_POOL_EVICTORD_FLAGS`) started on the settled pool, its webhooks registered
+//!   (the Eviction API bridge among them); without it, no webhook is registered;
+//! - `evictord+nodemaintenance`: one NodeMaintenance in stage Drain selecting the drained nodes.
+//!
+//! A mode's drain is stopped after `EVICTORD_BENCH_POOL_TIMEOUT`. Sampled every 100 ms from the
+//! played kubelet's watch cache from the drain's start until the Deployments and StatefulSets are
+//! back (at most 2 minutes after the drain ended): each workload's available pods against its
+//! replica count before the drain ([`crate::support::pool::measure`]). Also kube-apiserver's own
+//! request counters and histograms over the same window, the CPU of kube-apiserver, etcd and
+//! evictord, evictord's peak RSS, and with evictord what its EvictionRequests say (how long each
+//! interceptor was active, the messages of the worst workload's requests). Raw samples, the
+//! `kubectl` output and a plot per mode are written next to the report.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use evictord::api::{CONDITION_DRAINED, CONDITION_EVICTED, EvictionRequest, NodeMaintenance};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::controllers::{delete_requests, unregister_webhooks};
+use crate::loadgen::median;
+use crate::settings::{PoolSettings, Settings};
+use crate::support;
+use crate::support::pool::measure::{Departure, Samples, WorkloadFigures};
+use crate::support::pool::schedule::Timing;
+use crate::support::pool::workloads::{self, Kind, Row, Variant, WORKLOAD_LABEL};
+use crate::support::pool::{DRAIN_LABEL, KUBECTL_DRAIN_FLAGS, Pool, Spec};
+
+/// The modes `make bench` runs: the finishable pool first (kubectl drain alone finishes there:
+/// the times to compare), then the full one.
+pub const DEFAULT_MODES: &[&str] = &[
+    "finishable/kubectl-each",
+    "finishable/kubectl-all",
+    "finishable/evictord+kubectl-each",
+    "finishable/evictord+kubectl-all",
+    "finishable/evictord+nodemaintenance",
+    "full/kubectl-each",
+    "full/kubectl-all",
+    "full/evictord+kubectl-each",
+    "full/evictord+kubectl-all",
+    "full/evictord+nodemaintenance",
+];
+
+/// How long the pool may take to settle before a mode.
+const SETTLE: Duration = Duration::from_secs(600);
+/// How long the Deployments and StatefulSets may take to come back after a drain.
+const RESTORE: Duration = Duration::from_secs(120);
+
+/// What drains the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Drainer {
+    KubectlEach,
+    KubectlAll,
+    NodeMaintenance,
+}
+
+/// One mode of the part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Mode {
+    pub variant: Variant,
+    pub drainer: Drainer,
+    pub evictord: bool,
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (pool, drainer) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: want POOL/DRAINER"))?;
+        let variant = match pool {
+            "full" => Variant::Full,
+            "finishable" => Variant::Finishable,
+            other => return Err(format!("{other:?}: the pool is full or finishable")),
+        };
+        let (evictord, drainer) = match drainer.strip_prefix("evictord+") {
+            Some(d) => (true, d),
+            None => (false, drainer),
+        };
+        let drainer = match drainer {
+            "kubectl-each" => Drainer::KubectlEach,
+            "kubectl-all" => Drainer::KubectlAll,
+            "nodemaintenance" if evictord => Drainer::NodeMaintenance,
+            other => {
+                return Err(format!(
+                    "{other:?}: not a drainer (a NodeMaintenance needs evictord+)"
+                ));
+            }
+        };
+        Ok(Mode {
+            variant,
+            drainer,
+            evictord,
+        })
+    }
+}
+
+impl Mode {
+    /// As written in `EVICTORD_BENCH_POOL_MODES`.
+    pub fn id(&self) -> String {
+        let drainer = match self.drainer {
+            Drainer::KubectlEach => "kubectl-each",
+            Drainer::KubectlAll => "kubectl-all",
+            Drainer::NodeMaintenance => "nodemaintenance",
+        };
+        format!(
+            "{}/{}{drainer}",
+            self.variant.label(),
+            if self.evictord { "evictord+" } else { "" }
+        )
+    }
+
+    /// For file names.
+    pub fn slug(&self) -> String {
+        self.id().replace(['/', '+'], "-")
+    }
+}
+
+/// One `kubectl drain` call.
+#[derive(Clone, Debug, Serialize)]
+pub struct Call {
+    pub nodes: Vec<String>,
+    pub seconds: f64,
+    /// `None`: killed at the mode's timeout.
+    pub exit_code: Option<i32>,
+    /// Its last line of output.
+    pub last_line: String,
+}
+
+/// One row of the mix in one mode.
+#[derive(Clone, Debug, Serialize)]
+pub struct RowFigures {
+    pub row: String,
+    pub what: String,
+    pub kind: Kind,
+    /// The interceptors the row declares, and those its pods carried (served by the build).
+    pub declared: Vec<String>,
+    pub carried: Vec<String>,
+    pub goal: bool,
+    pub workloads: usize,
+    /// Workloads with a pod that left a drained node.
+    pub moved: usize,
+    pub replica_seconds: f64,
+    pub min_ratio: f64,
+    pub worst: String,
+    pub with_loss: usize,
+    pub floors_broken: usize,
+}
+
+/// How long one interceptor was active on the mode's EvictionRequests.
+#[derive(Clone, Debug, Serialize)]
+pub struct InterceptorFigures {
+    pub name: String,
+    pub activations: usize,
+    pub median_active_seconds: f64,
+    pub max_active_seconds: f64,
+}
+
+/// The mode's EvictionRequests at the end.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RequestFigures {
+    pub requests: usize,
+    pub evicted: usize,
+    /// From creation to `Evicted`.
+    pub median_seconds: f64,
+    pub max_seconds: f64,
+    /// Requests whose Eviction API call was refused at least once (a PDB's 429), and the calls.
+    pub with_refused_evictions: usize,
+    pub refused_evictions: i64,
+    pub interceptors: Vec<InterceptorFigures>,
+}
+
+/// The workload that lost the most, with what its EvictionRequests said.
+#[derive(Clone, Debug, Serialize)]
+pub struct Worst {
+    pub workload: String,
+    pub row: String,
+    pub desired: i32,
+    pub replica_seconds: f64,
+    pub min_available: i32,
+    pub messages: Vec<String>,
+    /// (seconds, available ÷ desired) at each change.
+    pub ratio: Vec<(f64, f64)>,
+}
+
+/// One mode's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeResult {
+    pub mode: Mode,
+    pub id: String,
+    pub pods: usize,
+    pub create_seconds: f64,
+    pub settle_seconds: f64,
+    pub evictord_start_seconds: Option<f64>,
+    pub completed: bool,
+    pub completion_seconds: f64,
+    pub stopped_at_timeout: bool,
+    pub calls: Vec<Call>,
+    pub restored: bool,
+    pub restore_seconds: f64,
+    pub samples: usize,
+    pub sampled_seconds: f64,
+    pub rows: Vec<RowFigures>,
+    /// Σ over every Deployment (under the goal or not).
+    pub deployment_replica_seconds: f64,
+    pub deployment_min_ratio: f64,
+    pub statefulset_replica_seconds: f64,
+    pub floors_broken: Vec<String>,
+    pub pods_left_on_drained: Vec<String>,
+    pub daemonset_pods_left_on_drained: usize,
+    pub pods_evicted: usize,
+    pub last_departures: Vec<Departure>,
+    pub api_requests_per_evicted_pod: f64,
+    pub api_writes_per_evicted_pod: f64,
+    pub api_requests_top: Vec<(String, f64)>,
+    pub webhook_calls_per_evicted_pod: Vec<(String, f64)>,
+    pub apiserver_histograms: Vec<crate::prom::Delta>,
+    pub kube_apiserver_cpu_cores: Option<f64>,
+    pub etcd_cpu_cores: Option<f64>,
+    pub evictord_cpu_seconds: Option<f64>,
+    pub evictord_cpu_cores: Option<f64>,
+    pub evictord_peak_rss_bytes: Option<u64>,
+    pub requests: Option<RequestFigures>,
+    /// The Deployment or StatefulSet that lost the most.
+    pub worst: Option<Worst>,
+    /// The Deployment under the goal that lost the most (of those whose pods moved).
+    pub worst_deployment: Option<Worst>,
+    pub played: String,
+    pub files: Vec<String>,
+    pub clean_up_seconds: f64,
+}
+
+/// A mode and its outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeOutcome {
+    pub id: String,
+    pub result: Result<ModeResult, String>,
+}
+
+/// Part 5's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolResults {
+    pub nodes: usize,
+    pub drained: usize,
+    pub pods: usize,
+    pub timeout_seconds: f64,
+    pub node_timeout_seconds: f64,
+    pub start_delay_seconds: f64,
+    pub grace_seconds: f64,
+    pub kubectl_flags: Vec<String>,
+    pub evictord_flags: Vec<String>,
+    pub served: Vec<String>,
+    pub mix: Vec<Row>,
+    pub modes: Vec<ModeOutcome>,
+}
+
+/// Runs part 5; `progress` gets the results after each mode (the report is written then).
+pub async fn run(
+    s: &Settings,
+    dir: &Path,
+    progress: &mut dyn FnMut(&PoolResults) -> anyhow::Result<()>,
+) -> anyhow::Result<PoolResults> {
+    let p = &s.pool;
+    let c = support::control_plane::cluster_with_controller_manager().await;
+    support::evictord::install_crds(c).await;
+    let client = c.client().await;
+    unregister_webhooks(&client).await?;
+    let mut results = PoolResults {
+        nodes: p.nodes,
+        drained: p.drained,
+        pods: p.pods,
+        timeout_seconds: p.timeout.as_secs_f64(),
+        node_timeout_seconds: p.node_timeout.as_secs_f64(),
+        start_delay_seconds: p.start_delay.as_secs_f64(),
+        grace_seconds: p.grace.as_secs_f64(),
+        kubectl_flags: KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()).collect(),
+        evictord_flags: p.evictord_flags.clone(),
+        served: p.served.clone(),
+        mix: workloads::MIX.to_vec(),
+        modes: Vec::new(),
+    };
+    for (k, mode) in p.modes.iter().enumerate() {
+        eprintln!("[pool] mode {}/{}: {}", k + 1, p.modes.len(), mode.id());
+        let result = run_mode(c, &client, p, *mode, k, dir)
+            .await
+            .map_err(|e| format!("{e:#}"));
+        if let Err(e) = &result {
+            eprintln!("[pool] {} failed: {e}", mode.id());
+            // Whatever the failed mode left registered must not reach the next one.
+            let _ = unregister_webhooks(&client).await;
+        }
+        results.modes.push(ModeOutcome {
+            id: mode.id(),
+            result,
+        });
+        progress(&results)?;
+    }
+    Ok(results)
+}
+
+async fn run_mode(
+    c: &support::TestCluster,
+    client: &Client,
+    p: &PoolSettings,
+    mode: Mode,
+    k: usize,
+    dir: &Path,
+) -> anyhow::Result<ModeResult> {
+    let id = format!("pool{k}");
+    let ns = c.namespace("bench-pool").await;
+    let spec = Spec {
+        nodes: p.nodes,
+        drained: p.drained,
+        pods: p.pods,
+        variant: mode.variant,
+        timing: Timing {
+            start_delay: p.start_delay,
+            grace: p.grace,
+        },
+        served: p.served.clone(),
+        at_least_one: false,
+    };
+    let t = Instant::now();
+    let pool = Pool::create(client, &ns, &id, &spec).await?;
+    let create_seconds = t.elapsed().as_secs_f64();
+    let settle_seconds = pool.wait_settled(SETTLE).await?.as_secs_f64();
+    eprintln!(
+        "[pool] {} pods of {} workloads on {} nodes settled in {settle_seconds:.0} s",
+        pool.pod_count(),
+        pool.workloads.len(),
+        pool.nodes.len()
+    );
+    let (evictord, evictord_start_seconds) = if mode.evictord {
+        let t = Instant::now();
+        let flags: Vec<&str> = p.evictord_flags.iter().map(String::as_str).collect();
+        let e = support::Evictord::start(c, &flags).await;
+        e.register_webhooks(c, "evictord").await;
+        (Some(e), Some(t.elapsed().as_secs_f64()))
+    } else {
+        (None, None)
+    };
+    let evictord_pid = evictord.as_ref().and_then(|e| e.pid());
+    let (apiserver_pid, etcd_pid, _) = crate::drain::control_plane_pids(c);
+    let cpu = |pid: Option<u32>| pid.and_then(crate::loadgen::cpu_time);
+    let cpu0 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(evictord_pid)];
+    let counters0 = support::apiserver::counters(client).await?;
+    let histograms0 = crate::prom::scrape_apiserver(client).await;
+    let sampler = pool
+        .sample(p.timeout + RESTORE + Duration::from_secs(60))
+        .await?;
+    let t0 = Instant::now();
+    let log = dir.join(format!("pool-{}-kubectl.log", mode.slug()));
+    let (completed, calls) = match mode.drainer {
+        Drainer::KubectlEach => {
+            let mut calls = Vec::new();
+            for node in &pool.drained {
+                if t0.elapsed() >= p.timeout {
+                    break;
+                }
+                calls.push(kubectl_drain(c, std::slice::from_ref(node), p, t0, &log).await?);
+            }
+            let all =
+                calls.len() == pool.drained.len() && calls.iter().all(|c| c.exit_code == Some(0));
+            (all, calls)
+        }
+        Drainer::KubectlAll => {
+            let call = kubectl_drain(c, &pool.drained, p, t0, &log).await?;
+            (call.exit_code == Some(0), vec![call])
+        }
+        Drainer::NodeMaintenance => (
+            drain_with_maintenance(client, &ns, &id, p.timeout).await?,
+            Vec::new(),
+        ),
+    };
+    let completion_seconds = t0.elapsed().as_secs_f64();
+    let stopped_at_timeout = !completed && completion_seconds >= p.timeout.as_secs_f64();
+    eprintln!(
+        "[pool] {}: {} after {completion_seconds:.0} s",
+        mode.id(),
+        if completed {
+            "completed"
+        } else {
+            "not completed"
+        }
+    );
+    let restore = pool.wait_restored(RESTORE).await;
+    let restore_seconds = t0.elapsed().as_secs_f64() - completion_seconds;
+    let samples = sampler.stop().await;
+    let window = t0.elapsed().as_secs_f64();
+    let cpu1 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(evictord_pid)];
+    let cores: Vec<Option<f64>> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(a, b)| Some(b.as_ref()?.saturating_sub(*a.as_ref()?).as_secs_f64()))
+        .collect();
+    let counters1 = support::apiserver::counters(client).await?;
+    let histograms1 = crate::prom::scrape_apiserver(client).await;
+    let evicted = samples.departures.len();
+    let (requests, writes) = crate::drain::request_totals(&counters0, &counters1);
+    let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
+    let requests_figures = if mode.evictord {
+        Some(request_figures(client, &ns).await?)
+    } else {
+        None
+    };
+    let evictord_peak_rss_bytes =
+        evictord_pid.and_then(|pid| crate::memory::status_bytes(pid, "VmHWM:").ok());
+    let all = |w: &WorkloadFigures| matches!(w.tracked.kind, Kind::Deployment | Kind::StatefulSet);
+    let worst_deployment = worst(&samples, client, &ns, mode.evictord, |w| w.tracked.goal).await;
+    let worst = worst(&samples, client, &ns, mode.evictord, all).await;
+    let mut files = crate::pool_files::write(
+        dir,
+        &mode,
+        &samples,
+        [worst.as_ref(), worst_deployment.as_ref()],
+        completion_seconds,
+    )?;
+    if matches!(mode.drainer, Drainer::KubectlEach | Drainer::KubectlAll) {
+        files.push(file_name(&log));
+    }
+    let result = ModeResult {
+        mode,
+        id: mode.id(),
+        pods: pool.pod_count(),
+        create_seconds,
+        settle_seconds,
+        evictord_start_seconds,
+        completed,
+        completion_seconds,
+        stopped_at_timeout,
+        calls,
+        restored: restore.is_ok(),
+        restore_seconds,
+        samples: samples.samples,
+        sampled_seconds: samples.seconds,
+        rows: row_figures(&samples, &pool),
+        deployment_replica_seconds: kind_sum(&samples, Kind::Deployment),
+        deployment_min_ratio: samples
+            .workloads
+            .iter()
+            .filter(|w| w.tracked.kind == Kind::Deployment)
+            .map(|w| w.min_ratio)
+            .fold(1.0, f64::min),
+        statefulset_replica_seconds: kind_sum(&samples, Kind::StatefulSet),
+        floors_broken: samples
+            .floors_broken()
+            .iter()
+            .map(|w| w.tracked.name.clone())
+            .collect(),
+        pods_left_on_drained: samples.left_on_drained.clone(),
+        daemonset_pods_left_on_drained: samples.daemonset_pods_left_on_drained,
+        pods_evicted: evicted,
+        last_departures: samples.departures.iter().rev().take(5).cloned().collect(),
+        api_requests_per_evicted_pod: per(requests),
+        api_writes_per_evicted_pod: per(writes),
+        api_requests_top: crate::drain::per_pod(
+            &counters0,
+            &counters1,
+            support::apiserver::REQUESTS,
+            evicted,
+        )
+        .into_iter()
+        .take(12)
+        .collect(),
+        webhook_calls_per_evicted_pod: crate::drain::per_pod(
+            &counters0,
+            &counters1,
+            support::apiserver::WEBHOOK_CALLS,
+            evicted,
+        ),
+        apiserver_histograms: top_histograms(&histograms0, &histograms1),
+        kube_apiserver_cpu_cores: cores[0].map(|s| s / window),
+        etcd_cpu_cores: cores[1].map(|s| s / window),
+        evictord_cpu_seconds: cores[2],
+        evictord_cpu_cores: cores[2].map(|s| s / window),
+        evictord_peak_rss_bytes,
+        requests: requests_figures,
+        worst,
+        worst_deployment,
+        played: pool.played.stats.summary(),
+        files,
+        clean_up_seconds: 0.0,
+    };
+    eprintln!(
+        "[pool] {}: Deployments {:.1} replica-s below desired (min {:.2}), StatefulSets {:.1}, {} PDB floors broken, {} pods left on drained nodes, {} evicted, {:.1} kube-apiserver requests per evicted pod",
+        result.id,
+        result.deployment_replica_seconds,
+        result.deployment_min_ratio,
+        result.statefulset_replica_seconds,
+        result.floors_broken.len(),
+        result.pods_left_on_drained.len(),
+        evicted,
+        result.api_requests_per_evicted_pod
+    );
+    let t = Instant::now();
+    clean_up(client, &ns, pool, evictord, mode).await?;
+    c.delete_namespace(&ns).await;
+    Ok(ModeResult {
+        clean_up_seconds: t.elapsed().as_secs_f64(),
+        ..result
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Σ replica-seconds below desired over the workloads of `kind`.
+fn kind_sum(samples: &Samples, kind: Kind) -> f64 {
+    samples
+        .workloads
+        .iter()
+        .filter(|w| w.tracked.kind == kind)
+        .map(|w| w.availability.unavailable_replica_seconds)
+        .sum()
+}
+
+/// One `kubectl drain` of `nodes`, bounded by the call's `--timeout` and the mode's timeout
+/// (measured from `t0`); its output appended to `log`.
+async fn kubectl_drain(
+    c: &support::TestCluster,
+    nodes: &[String],
+    p: &PoolSettings,
+    t0: Instant,
+    log: &Path,
+) -> anyhow::Result<Call> {
+    let mut args = vec!["drain".to_string()];
+    args.extend(nodes.iter().cloned());
+    args.extend(KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()));
+    args.push(format!("--timeout={}s", p.node_timeout.as_secs()));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    std::io::Write::write_all(
+        &mut file,
+        format!(
+            "=== {:.1} s: kubectl {}\n",
+            t0.elapsed().as_secs_f64(),
+            args.join(" ")
+        )
+        .as_bytes(),
+    )?;
+    let start = Instant::now();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = support::tools::kubectl_command(c, &args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()?;
+    let exit_code = loop {
+        if let Some(status) = child.try_wait()? {
+            break status.code();
+        }
+        if t0.elapsed() >= p.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    Ok(Call {
+        nodes: nodes.to_vec(),
+        seconds: start.elapsed().as_secs_f64(),
+        exit_code,
+        last_line: text.lines().last().unwrap_or_default().to_string(),
+    })
+}
+
+/// Creates the NodeMaintenance and waits (on a watch) for `Drained=True`, at most `timeout`.
+async fn drain_with_maintenance(
+    client: &Client,
+    name: &str,
+    pool: &str,
+    timeout: Duration,
+) -> anyhow::Result<bool> {
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    let nm = support::fixtures::draining_maintenance(name, DRAIN_LABEL, pool, "pool benchmark");
+    api.create(&PostParams::default(), &nm).await?;
+    let drained = |nm: Option<&NodeMaintenance>| {
+        nm.and_then(|n| n.status.as_ref())
+            .is_some_and(|s| s.is_true(CONDITION_DRAINED))
+    };
+    let wait = kube::runtime::wait::await_condition(api, name, drained);
+    Ok(matches!(
+        tokio::time::timeout(timeout, wait).await,
+        Ok(Ok(_))
+    ))
+}
+
+/// Each row's figures.
+fn row_figures(samples: &Samples, pool: &Pool) -> Vec<RowFigures> {
+    let moved: std::collections::BTreeSet<&str> = samples
+        .departures
+        .iter()
+        .map(|d| d.workload.as_str())
+        .collect();
+    workloads::MIX
+        .iter()
+        .filter_map(|row| {
+            let ws: Vec<_> = samples
+                .workloads
+                .iter()
+                .filter(|w| w.tracked.row == row.name)
+                .collect();
+            let worst = ws.iter().max_by(|a, b| {
+                a.availability
+                    .unavailable_replica_seconds
+                    .total_cmp(&b.availability.unavailable_replica_seconds)
+            })?;
+            let carried = pool
+                .workloads
+                .iter()
+                .find(|w| w.row.name == row.name)
+                .map(|w| w.interceptors.clone())
+                .unwrap_or_default();
+            Some(RowFigures {
+                row: row.name.into(),
+                what: row.what.into(),
+                kind: row.kind,
+                declared: row.interceptors.iter().map(|i| i.to_string()).collect(),
+                carried,
+                goal: ws.iter().any(|w| w.tracked.goal),
+                workloads: ws.len(),
+                moved: ws
+                    .iter()
+                    .filter(|w| moved.contains(w.tracked.name.as_str()))
+                    .count(),
+                replica_seconds: ws
+                    .iter()
+                    .map(|w| w.availability.unavailable_replica_seconds)
+                    .sum(),
+                min_ratio: ws.iter().map(|w| w.min_ratio).fold(1.0, f64::min),
+                worst: worst.tracked.name.clone(),
+                with_loss: ws
+                    .iter()
+                    .filter(|w| w.availability.unavailable_replica_seconds > 0.0)
+                    .count(),
+                floors_broken: ws
+                    .iter()
+                    .filter(|w| w.availability.floor_broken_samples > 0)
+                    .count(),
+            })
+        })
+        .collect()
+}
+
+/// Of the workloads `of` keeps whose pods moved, the one that lost the most replica-seconds,
+/// with its EvictionRequests' messages when evictord ran.
+async fn worst(
+    samples: &Samples,
+    client: &Client,
+    ns: &str,
+    evictord: bool,
+    of: impl Fn(&WorkloadFigures) -> bool,
+) -> Option<Worst> {
+    let moved: std::collections::BTreeSet<&str> = samples
+        .departures
+        .iter()
+        .map(|d| d.workload.as_str())
+        .collect();
+    let w = samples
+        .workloads
+        .iter()
+        .filter(|w| of(w))
+        .filter(|w| moved.contains(w.tracked.name.as_str()))
+        .max_by(|a, b| {
+            a.availability
+                .unavailable_replica_seconds
+                .total_cmp(&b.availability.unavailable_replica_seconds)
+                .then(b.min_ratio.total_cmp(&a.min_ratio))
+        })?;
+    let mut messages = Vec::new();
+    if evictord {
+        let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+        let selector = format!("{WORKLOAD_LABEL}={}", w.tracked.name);
+        if let Ok(list) = api.list(&ListParams::default().labels(&selector)).await {
+            for r in list.items {
+                for i in r.status.iter().flat_map(|s| s.interceptors.iter()) {
+                    let m = format!("{}: {}", i.name, i.message.as_deref().unwrap_or_default());
+                    if !messages.contains(&m) {
+                        messages.push(m);
+                    }
+                }
+            }
+        }
+    }
+    let desired = f64::from(w.tracked.desired.max(1));
+    Some(Worst {
+        workload: w.tracked.name.clone(),
+        row: w.tracked.row.clone(),
+        desired: w.tracked.desired,
+        replica_seconds: w.availability.unavailable_replica_seconds,
+        min_available: w.availability.min_available,
+        messages,
+        ratio: w
+            .availability
+            .changes
+            .iter()
+            .map(|(t, a)| (*t, f64::from(*a) / desired))
+            .collect(),
+    })
+}
+
+/// What the mode's EvictionRequests say: how long each took, each interceptor's active time,
+/// the Eviction API calls a PDB refused.
+async fn request_figures(client: &Client, ns: &str) -> anyhow::Result<RequestFigures> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&ListParams::default()).await?;
+    let mut out = RequestFigures {
+        requests: list.items.len(),
+        ..Default::default()
+    };
+    let mut lifetimes = Vec::new();
+    let mut active: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &list.items {
+        let Some(s) = &r.status else { continue };
+        let evicted = s
+            .condition(CONDITION_EVICTED)
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0);
+        if let (Some(e), Some(created)) = (evicted, &r.metadata.creation_timestamp) {
+            out.evicted += 1;
+            lifetimes.push(e.duration_since(created.0).as_secs_f64());
+        }
+        let counter = s
+            .pod_eviction_status
+            .as_ref()
+            .map_or(0, |p| p.failed_api_eviction_counter);
+        if counter > 0 {
+            out.with_refused_evictions += 1;
+            out.refused_evictions += i64::from(counter);
+        }
+        for i in &s.interceptors {
+            let Some(from) = &i.activation_time else {
+                continue;
+            };
+            let to = i.completion_time.as_ref().map(|t| t.0).or(evicted);
+            if let Some(to) = to {
+                active
+                    .entry(i.name.clone())
+                    .or_default()
+                    .push(to.duration_since(from.0).as_secs_f64());
+            }
+        }
+    }
+    out.median_seconds = median(lifetimes.iter().copied());
+    out.max_seconds = lifetimes.iter().copied().fold(0.0, f64::max);
+    out.interceptors = active
+        .into_iter()
+        .map(|(name, v)| InterceptorFigures {
+            name,
+            activations: v.len(),
+            median_active_seconds: median(v.iter().copied()),
+            max_active_seconds: v.iter().copied().fold(0.0, f64::max),
+        })
+        .collect();
+    Ok(out)
+}
+
+/// kube-apiserver's request durations and webhook calls over the window, the ten series that
+/// took the most time in all.
+fn top_histograms(
+    before: &BTreeMap<String, crate::prom::Series>,
+    after: &BTreeMap<String, crate::prom::Series>,
+) -> Vec<crate::prom::Delta> {
+    let mut v = crate::prom::deltas(before, after, |k| {
+        k.starts_with("apiserver_request_duration_seconds{")
+            || k.starts_with("apiserver_admission_webhook_admission_duration_seconds{")
+    });
+    for d in &mut v {
+        d.series = crate::pool_files::short_series(&d.series);
+    }
+    // Watches (and kube-rs's wait on the NodeMaintenance, a watch by name) last as long as they
+    // are open: not requests anyone waited on.
+    v.retain(|d| d.mean_ms < 5000.0);
+    v.sort_by(|a, b| (b.count * b.mean_ms).total_cmp(&(a.count * a.mean_ms)));
+    v.truncate(10);
+    v
+}
+
+/// Stops the drain's leftovers: the webhooks, the NodeMaintenance (named after the namespace;
+/// evictord still running, so it removes its finalizer), evictord, the EvictionRequests, the pool.
+async fn clean_up(
+    client: &Client,
+    ns: &str,
+    pool: Pool,
+    evictord: Option<support::Evictord>,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    unregister_webhooks(client).await?;
+    if mode.drainer == Drainer::NodeMaintenance {
+        let api: Api<NodeMaintenance> = Api::all(client.clone());
+        api.delete(ns, &DeleteParams::default()).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while api.get_opt(ns).await?.is_some() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "NodeMaintenance {ns} not deleted within 120 s"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    drop(evictord);
+    delete_requests(client, ns).await?;
+    pool.remove().await
+}
