@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod api;
+pub use evictord_api as api;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

@@ -3,11 +3,11 @@
 //! Deployment's available replicas, and the Deployment ends at its replicas on another node.
 //! No surge for paused, Recreate, autoscaled Deployments and bare pods; a user's scale wins; a
 //! canceled request undoes the surge. Also the SDK's example interceptor
-//! (`examples/surge_log.rs`) against the same control plane.
+//! (`crates/evictord-interceptor/examples/surge_log.rs`) against the same control plane.
 
 mod support;
 
-#[path = "../examples/surge_log.rs"]
+#[path = "../crates/evictord-interceptor/examples/surge_log.rs"]
 #[allow(dead_code)]
 mod surge_log;
 

@@ -19,8 +19,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::api::identity::{SERVICE_ACCOUNT_TOKEN_PATH, token_subject};
-use crate::api::{EvictionInterceptor, EvictionInterceptorSpec, ServiceAccountReference};
+use evictord_api::identity::{SERVICE_ACCOUNT_TOKEN_PATH, token_subject};
+use evictord_api::{EvictionInterceptor, EvictionInterceptorSpec, ServiceAccountReference};
 
 /// How often the runner renews its interceptor's heartbeat by default.
 pub const DEFAULT_RENEWAL: Duration = Duration::from_secs(60);

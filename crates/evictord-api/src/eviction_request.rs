@@ -217,7 +217,7 @@ impl EvictionRequestStatus {
 
     /// True when the request is `Evicted` or `Canceled`.
     pub fn is_terminal(&self) -> bool {
-        self.is_true(crate::api::CONDITION_EVICTED) || self.is_true(crate::api::CONDITION_CANCELED)
+        self.is_true(crate::CONDITION_EVICTED) || self.is_true(crate::CONDITION_CANCELED)
     }
 
     /// The cancellation policy, `Allow` when unset.
@@ -264,12 +264,12 @@ impl EvictionRequest {
     }
 
     /// The last Eviction API call the bridge recorded on the request
-    /// ([`crate::api::EVICTION_API_LAST_CALL_ANNOTATION`]), if readable.
+    /// ([`crate::EVICTION_API_LAST_CALL_ANNOTATION`]), if readable.
     pub fn eviction_api_last_call(&self) -> Option<jiff::Timestamp> {
         self.metadata
             .annotations
             .as_ref()?
-            .get(crate::api::EVICTION_API_LAST_CALL_ANNOTATION)?
+            .get(crate::EVICTION_API_LAST_CALL_ANNOTATION)?
             .parse()
             .ok()
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{EvictionRequest, InterceptorStatus, MAX_INTERCEPTOR_MESSAGE_BYTES};
+use evictord_api::{EvictionRequest, InterceptorStatus, MAX_INTERCEPTOR_MESSAGE_BYTES};
 
 /// What an interceptor reports each time it is asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,7 +194,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::api::{EvictionRequestSpec, EvictionRequestStatus};
+    use evictord_api::{EvictionRequestSpec, EvictionRequestStatus};
 
     const NAME: &str = "x.example.com";
 

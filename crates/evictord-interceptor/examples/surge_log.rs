@@ -1,11 +1,12 @@
 //! A complete interceptor on the SDK: `log.example.com` logs each pod it is asked about, reports
 //! progress for `work` (as if draining connections), then completes. Run it where evictord is
-//! installed: `cargo run --example surge_log`.
+//! installed: `cargo run -p evictord-interceptor --example surge_log`. It builds against the SDK
+//! crate alone (`evictord-interceptor`), without the webhook server.
 
 use std::time::Duration;
 
-use evictord::api::EvictionRequest;
-use evictord::interceptor::{BoxError, Interceptor, Progress, Runner, Settings};
+use evictord_api::EvictionRequest;
+use evictord_interceptor::{BoxError, Interceptor, Progress, Runner, Settings};
 use k8s_openapi::api::core::v1::Pod;
 
 /// Works on each pod for `work`, then completes.

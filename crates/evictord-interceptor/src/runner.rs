@@ -15,9 +15,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
-use super::registration::{DEFAULT_RENEWAL, keep_registered};
-use crate::api::{EvictionRequest, ServiceAccountReference};
+use crate::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
+use crate::registration::{DEFAULT_RENEWAL, keep_registered};
+use evictord_api::{EvictionRequest, ServiceAccountReference};
 
 /// The error type interceptors return from [`Interceptor::progress`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
