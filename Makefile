@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos
+.PHONY: run test build envtest tools promtool crds docs reference mdbook lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -51,13 +51,31 @@ promtool:
 crds: build
 	./target/debug/evictord crds > charts/evictord/crds/evictord.dev_crds.yaml
 
+## make mdbook: mdBook for the book (installed once from crates.io by tests/tools/mdbook.sh).
+mdbook:
+	@tests/tools/mdbook.sh
+
+## make docs: the book (docs/, mdBook) into docs/book; open docs/book/index.html.
+docs:
+	"$$(tests/tools/mdbook.sh)/mdbook" build docs
+
+## make reference: regenerate the book's generated reference pages (flags from clap, CRD fields
+## from the schemas); tests/docs_book.rs fails when they drift from the code.
+reference:
+	$(CARGO) build --bin evictord --bin kubectl-evictord
+	./target/debug/evictord docs flags > docs/src/reference/evictord-flags.md
+	./target/debug/kubectl-evictord docs > docs/src/reference/plugin-flags.md
+	./target/debug/evictord docs crds > docs/src/reference/crds.md
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 
-## make test: formatting, clippy, unit tests, HTTP tests and the real-cluster tests.
+## make test: formatting, clippy, unit tests, HTTP tests, the real-cluster tests and the book
+## (built with mdBook, its links and generated pages checked by tests/docs_book.rs).
 test: lint
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
+	export MDBOOK_DIR="$$(tests/tools/mdbook.sh)"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	export PROMTOOL_DIR="$$(tests/tools/promtool.sh)"; \
 	$(CARGO) test --locked --all-targets

@@ -1,4 +1,5 @@
-//! The command line (clap): `serve`, `crds`, `webhook-config`, `review`, `node-agent`.
+//! The command line (clap): `serve`, `crds`, `webhook-config`, `review`, `node-agent`, and the
+//! hidden `docs` (the book's generated reference pages).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,6 +31,22 @@ pub enum Command {
     Review(ReviewArgs),
     /// Serve `kubelet.k8s.io` for the static pods of one node (run on each node, as a DaemonSet).
     NodeAgent(NodeAgentArgs),
+    /// Print a generated reference page of the book (`make reference` writes them).
+    #[command(hide = true)]
+    Docs {
+        /// Which page.
+        #[arg(value_enum)]
+        page: DocsPage,
+    },
+}
+
+/// The generated reference pages of the book (`docs/src/reference/`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DocsPage {
+    /// Every `evictord` command and flag.
+    Flags,
+    /// Every field of the custom resources.
+    Crds,
 }
 
 /// Parses `90s`, `20m`, `1h`, `1h30m`.

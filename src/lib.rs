@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod node_agent;
 pub mod plugin;
 pub mod recorder;
+pub mod reference;
 pub mod selector;
 pub mod serve;
 pub mod telemetry;

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use evictord::cli::{Cli, Command};
+use evictord::cli::{Cli, Command, DocsPage};
 
 /// mimalloc instead of glibc's malloc: a review allocates and frees many small blocks (the
 /// decoded request, its strings, the answer) on whichever worker thread runs it, and glibc's
@@ -30,6 +30,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Crds => {
             print!("{}", evictord::api::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Docs { page } => {
+            print!(
+                "{}",
+                match page {
+                    DocsPage::Flags => evictord::reference::flags_markdown(
+                        "evictord flags",
+                        &<Cli as clap::CommandFactory>::command()
+                    ),
+                    DocsPage::Crds => evictord::reference::crds_markdown(&evictord::api::all_crds()),
+                }
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::WebhookConfig(args) => {

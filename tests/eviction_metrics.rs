@@ -24,7 +24,7 @@ const IMP: &str = "imperative-eviction.k8s.io";
 /// Metric names in the first column of the README's Operations table (counters with their
 /// OpenMetrics sample suffix `_total`).
 fn readme_metrics() -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/src/reference/metrics.md");
     let section = readme
         .split("## Operations")
         .nth(1)

@@ -237,7 +237,7 @@ async fn node_message_and_plan_name_unregistered_interceptors() {
 async fn readme_registration_with_kubectl() {
     let (client, _ns) = setup("warn-readme").await;
     let c = support::cluster().await;
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/src/interceptors/sdk.md");
     let manifest = readme
         .split("kubectl apply -f - <<'END'\n")
         .nth(1)

@@ -132,6 +132,9 @@ pub enum Command {
     },
     /// Maintenances and open EvictionRequests.
     Status,
+    /// Print the book's generated page of these flags (`make reference` writes it).
+    #[command(hide = true)]
+    Docs,
 }
 
 impl Command {
@@ -141,7 +144,10 @@ impl Command {
             Command::Plan { .. } | Command::Status => true,
             Command::Drain { dry_run, .. } => *dry_run,
             Command::Evict { wait, .. } => !*wait,
-            Command::Watch { .. } | Command::Complete { .. } | Command::Cancel { .. } => false,
+            Command::Watch { .. }
+            | Command::Complete { .. }
+            | Command::Cancel { .. }
+            | Command::Docs => false,
         }
     }
 }

@@ -22,6 +22,17 @@ use cli::Cli;
 
 fn main() {
     let cli = Cli::parse();
+    if let cli::Command::Docs = cli.command {
+        // Needs no cluster: printed before anything connects.
+        print!(
+            "{}",
+            evictord::reference::flags_markdown(
+                "kubectl evictord flags",
+                &<Cli as clap::CommandFactory>::command()
+            )
+        );
+        return;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

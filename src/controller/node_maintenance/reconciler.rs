@@ -552,7 +552,7 @@ mod tests {
         #[case] reason: &str,
     ) {
         assert_eq!(drain_note(&e).reason, reason);
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../docs/src/introduction.md");
         assert!(
             readme.contains(&format!("`{reason}`")),
             "README lists {reason}"
@@ -571,7 +571,7 @@ mod tests {
         )]
         e: crate::controller::node_maintenance::cordon::NodeEvent,
     ) {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../docs/src/introduction.md");
         let reason = e.reason();
         assert!(
             readme.contains(&format!("`{reason}`")),
