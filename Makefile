@@ -71,14 +71,16 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 
-## make test: formatting, clippy, unit tests, HTTP tests, the real-cluster tests and the book
-## (built with mdBook, its links and generated pages checked by tests/docs_book.rs).
+## make test: formatting, clippy, unit tests, HTTP tests, the real-cluster tests, the book (built
+## with mdBook, its links and generated pages checked by tests/docs_book.rs) and the doc examples
+## of the workspace's crates (cargo test --doc).
 test: lint
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
 	export MDBOOK_DIR="$$(tests/tools/mdbook.sh)"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	export PROMTOOL_DIR="$$(tests/tools/promtool.sh)"; \
-	$(CARGO) test --locked --all-targets
+	$(CARGO) test --locked --all-targets && \
+	$(CARGO) test --locked --doc
 
 ## make bench: the criterion micro-benchmarks and the system benchmarks (webhook under load over TLS,
 ## HTTP/1.1 and HTTP/2, against a limit server, memory per cached pod, controllers and a 100-node drain

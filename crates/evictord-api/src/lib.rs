@@ -2,6 +2,8 @@
 //! (annotations, finalizer, reserved interceptor and requester names) shared by the webhook and
 //! the controllers. These Rust types are the source of truth; the CRD YAML is generated from them
 //! (`evictord crds`).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod crds;
 mod eviction_interceptor;

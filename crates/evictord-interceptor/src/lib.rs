@@ -61,6 +61,8 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod progress;
 pub mod registration;
