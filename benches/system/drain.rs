@@ -232,7 +232,7 @@ async fn drain_once(
         kube_apiserver: cores[0],
         etcd: cores[1],
         evictord: cores[2],
-        machine_cpus: crate::cpus(),
+        machine_cpus: crate::machine::cpus(),
         note,
     };
     let after = support::apiserver::counters(client).await?;

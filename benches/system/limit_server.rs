@@ -7,8 +7,8 @@
 //! AdmissionReview echoing that uid. Its throughput is the ceiling evictord is measured against.
 //!
 //! It runs as a separate process: the bench binary re-executes itself with
-//! `EVICTORD_BENCH_ROLE=limit-server` (see `main.rs`), so that it can be pinned to the same CPU
-//! as evictord and measured the same way.
+//! `EVICTORD_BENCH_ROLE=limit-server` ([`ROLE_ENV`], see `main.rs`), so that it can be pinned to
+//! the same CPU as evictord and measured the same way.
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -21,6 +21,9 @@ use axum::response::{IntoResponse, Response};
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use serde::{Deserialize, Serialize};
+
+/// Selects what this process is: unset for the benchmark, `limit-server` for the limit server.
+pub const ROLE_ENV: &str = "EVICTORD_BENCH_ROLE";
 
 /// The only part of the request the limit server reads.
 #[derive(Deserialize)]

@@ -36,6 +36,7 @@ mod drain;
 mod goals;
 mod limit_server;
 mod loadgen;
+mod machine;
 mod memory;
 mod pool;
 mod pool_files;
@@ -48,31 +49,12 @@ mod svg;
 mod webhook;
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
+
+use limit_server::ROLE_ENV;
+use machine::{cpus, pin_self};
 
 /// The release build of evictord (cargo builds it for benchmarks).
 pub const EVICTORD: &str = env!("CARGO_BIN_EXE_evictord");
-/// Selects what this process is: unset for the benchmark, `limit-server` for the limit server.
-pub const ROLE_ENV: &str = "EVICTORD_BENCH_ROLE";
-
-static CPUS: OnceLock<usize> = OnceLock::new();
-
-/// CPUs of the machine (read before any pinning).
-pub fn cpus() -> usize {
-    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// Pins every thread of this process to `cpus` (a taskset list such as `0` or `0-1`); best
-/// effort, returns whether it worked.
-pub fn pin_self(cpus: &str) -> bool {
-    std::path::Path::new("/usr/bin/taskset").exists()
-        && Command::new("/usr/bin/taskset")
-            .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-}
 
 /// Where the report goes: `$CARGO_TARGET_DIR/bench`, else `target/bench`.
 fn report_dir() -> PathBuf {

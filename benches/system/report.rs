@@ -140,7 +140,7 @@ impl Report {
             meta: Meta {
                 date_utc: now_utc(),
                 finished_utc: None,
-                cpus: crate::cpus(),
+                cpus: crate::machine::cpus(),
                 cpu_model: first_line("/proc/cpuinfo", "model name"),
                 memory_total: first_line("/proc/meminfo", "MemTotal"),
                 kernel: sh("uname", &["-sr"]),

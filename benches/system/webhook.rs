@@ -41,7 +41,7 @@ impl Drop for Server {
 
 /// `taskset -c CPU` when there are at least two CPUs and taskset exists.
 pub fn pinned(cpu: usize, program: &Path) -> Command {
-    if crate::cpus() >= 2 && Path::new("/usr/bin/taskset").exists() {
+    if crate::machine::cpus() >= 2 && Path::new("/usr/bin/taskset").exists() {
         let mut c = Command::new("/usr/bin/taskset");
         c.arg("-c").arg(cpu.to_string()).arg(program);
         c
@@ -282,7 +282,7 @@ pub fn start_limit(cert_dir: &Path, scratch: &Path) -> anyhow::Result<Server> {
     let addr = free_addr();
     let log = scratch.join("limit-server.log");
     let child = pinned(1, &std::env::current_exe()?)
-        .env(crate::ROLE_ENV, "limit-server")
+        .env(crate::limit_server::ROLE_ENV, "limit-server")
         .env("LIMIT_ADDR", addr.to_string())
         .env("LIMIT_CERT_DIR", cert_dir)
         .stdin(Stdio::null())
@@ -988,7 +988,7 @@ pub async fn run(
     Ok(WebhookResults {
         create_targets: (!creates.is_empty()).then_some(creates.len()),
         create_skipped,
-        pinning: if crate::cpus() >= 2 && Path::new("/usr/bin/taskset").exists() {
+        pinning: if crate::machine::cpus() >= 2 && Path::new("/usr/bin/taskset").exists() {
             "servers on CPU 1, load generator on CPU 0 (taskset)".into()
         } else {
             "none".into()
