@@ -33,6 +33,7 @@ mod support;
 
 mod controllers;
 mod drain;
+mod evictord_process;
 mod goals;
 mod limit_server;
 mod loadgen;
@@ -52,9 +53,6 @@ use std::path::PathBuf;
 
 use limit_server::ROLE_ENV;
 use machine::{cpus, pin_self};
-
-/// The release build of evictord (cargo builds it for benchmarks).
-pub const EVICTORD: &str = env!("CARGO_BIN_EXE_evictord");
 
 /// Where the report goes: `$CARGO_TARGET_DIR/bench`, else `target/bench`.
 fn report_dir() -> PathBuf {

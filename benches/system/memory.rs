@@ -94,7 +94,7 @@ async fn idle_pair(
     baseline: &Path,
     runs: usize,
 ) -> anyhow::Result<IdlePair> {
-    use crate::webhook::{Binary, start_evictord};
+    use crate::evictord_process::{Binary, start_evictord};
     let scratch = c.dir.join("bench-idle");
     let cert_dir = scratch.join("certs");
     std::fs::create_dir_all(&cert_dir)?;
