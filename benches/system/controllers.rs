@@ -37,9 +37,6 @@ use std::time::{Duration, Instant};
 
 use evictord::api::EvictionRequest;
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -48,7 +45,7 @@ use kube::{Api, Client};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::memory::create_pods;
+use crate::cluster::{create_pods, delete_requests, unregister_webhooks};
 use crate::settings::Settings;
 use crate::support::{self, TestCluster};
 
@@ -474,18 +471,6 @@ async fn handoff_run(
     })
 }
 
-pub async fn unregister_webhooks(client: &Client) -> anyhow::Result<()> {
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    v.delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    m.delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    // The apiserver picks configuration changes up asynchronously.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    Ok(())
-}
-
 /// Deletes a run's requests, then its pods, so that nothing of it is left for the controller to
 /// work on during the next run (the hand-off requests would otherwise time out and evict).
 async fn remove_run(client: &Client, ns: &str) -> anyhow::Result<()> {
@@ -494,38 +479,6 @@ async fn remove_run(client: &Client, ns: &str) -> anyhow::Result<()> {
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     Ok(())
-}
-
-pub async fn delete_requests(client: &Client, ns: &str) -> anyhow::Result<()> {
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
-    delete_all(
-        &api,
-        &format!("EvictionRequests of {ns}"),
-        Duration::from_secs(30),
-    )
-    .await
-}
-
-/// Deletes every object `api` lists and waits until none is left (polled every 100 ms).
-pub async fn delete_all<K>(api: &Api<K>, what: &str, timeout: Duration) -> anyhow::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await?;
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if api
-            .list_metadata(&ListParams::default().limit(1))
-            .await?
-            .items
-            .is_empty()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{what} were not deleted within {}s", timeout.as_secs())
 }
 
 async fn create_runs(

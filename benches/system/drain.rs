@@ -26,9 +26,9 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::controllers::{delete_requests, unregister_webhooks};
+use crate::cluster::{create_pods, delete_requests, unregister_webhooks};
 use crate::loadgen::median;
-use crate::memory::{create_pods, status_bytes};
+use crate::memory::status_bytes;
 use crate::settings::Settings;
 use crate::support;
 

@@ -31,6 +31,7 @@ mod fixture;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod cluster;
 mod controllers;
 mod drain;
 mod evictord_process;

@@ -35,7 +35,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::controllers::{delete_requests, unregister_webhooks};
+use crate::cluster::{delete_requests, unregister_webhooks};
 use crate::loadgen::median;
 use crate::settings::{PoolSettings, Settings};
 use crate::support;

@@ -43,7 +43,7 @@ impl Online {
         drop(self.baseline);
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.client, &self.namespace);
-        crate::controllers::delete_all(
+        crate::cluster::delete_all(
             &api,
             &format!("the pods of {}", self.namespace),
             Duration::from_secs(60),
@@ -66,13 +66,13 @@ async fn start_online(
     let client = c.client().await;
     let ns = c.namespace("bench-webhook").await;
     let far = std::time::Instant::now() + Duration::from_secs(600);
-    let pods = crate::memory::create_pods(
+    let pods = crate::cluster::create_pods(
         &client,
         &ns,
         "web-7d9c6b5f4",
         0..CREATE_TARGETS,
         far,
-        crate::memory::bench_pod,
+        crate::cluster::bench_pod,
     )
     .await?;
     let server = start_evictord(
