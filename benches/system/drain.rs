@@ -16,7 +16,6 @@
 //! `evictord serve`; after each run the maintenance, its EvictionRequests, the nodes and the
 //! webhook registration are removed so the next run starts from the same state.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use evictord::api::{CONDITION_DRAINED, NodeMaintenance};
@@ -28,7 +27,8 @@ use serde::Serialize;
 
 use crate::cluster::{create_pods, delete_requests, unregister_webhooks};
 use crate::loadgen::median;
-use crate::memory::status_bytes;
+use crate::processes::{control_plane_pids, status_bytes};
+use crate::prom::{per_pod, request_totals};
 use crate::settings::Settings;
 use crate::support;
 
@@ -294,105 +294,6 @@ async fn drain_once(
 
 fn fmt_cores(c: Option<f64>) -> String {
     c.map_or("?".into(), |c| format!("{c:.2}"))
-}
-
-/// The increase of every request series, and of the writes among them.
-pub fn request_totals(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, f64) {
-    const WRITES: [&str; 6] = [
-        "POST",
-        "PUT",
-        "PATCH",
-        "DELETE",
-        "DELETECOLLECTION",
-        "APPLY",
-    ];
-    let mut total = 0.0;
-    let mut writes = 0.0;
-    for (k, a) in after {
-        let Some(series) = k
-            .strip_prefix(support::apiserver::REQUESTS)
-            .and_then(|s| s.strip_prefix('|'))
-        else {
-            continue;
-        };
-        let d = a - before.get(k).copied().unwrap_or(0.0);
-        total += d;
-        if series
-            .split_whitespace()
-            .next()
-            .is_some_and(|verb| WRITES.contains(&verb))
-        {
-            writes += d;
-        }
-    }
-    (total, writes)
-}
-
-/// The kube-apiserver (serving `c.server`'s port) and the etcd (data under `c.dir`) of the test
-/// control plane, found by their command lines in `/proc`; with a note when one is missing.
-pub fn control_plane_pids(c: &support::TestCluster) -> (Option<u32>, Option<u32>, Option<String>) {
-    let port = c.server.rsplit(':').next().unwrap_or_default();
-    let port_flag = format!("--secure-port={port}");
-    let apiserver_bin = c.assets.join("kube-apiserver");
-    let etcd_bin = c.assets.join("etcd");
-    let etcd_data = c.dir.join("etcd");
-    let (mut apiserver, mut etcd) = (None, None);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let Some(bin) = args.first().map(std::path::Path::new) else {
-            continue;
-        };
-        if bin == apiserver_bin && args.contains(&port_flag) {
-            apiserver = Some(pid);
-        } else if bin == etcd_bin && args.iter().any(|a| std::path::Path::new(a) == etcd_data) {
-            etcd = Some(pid);
-        }
-    }
-    let mut missing = Vec::new();
-    if apiserver.is_none() {
-        missing.push(format!(
-            "no {} process with {port_flag}",
-            apiserver_bin.display()
-        ));
-    }
-    if etcd.is_none() {
-        missing.push(format!(
-            "no {} process with data in {}",
-            etcd_bin.display(),
-            etcd_data.display()
-        ));
-    }
-    let note = (!missing.is_empty()).then(|| missing.join("; "));
-    (apiserver, etcd, note)
-}
-
-/// The increase of each series of `metric` per evicted pod, largest first, above 0.01.
-pub fn per_pod(
-    before: &BTreeMap<String, f64>,
-    after: &BTreeMap<String, f64>,
-    metric: &str,
-    evicted: usize,
-) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> = after
-        .iter()
-        .filter_map(|(k, a)| {
-            let name = k.strip_prefix(metric)?.strip_prefix('|')?;
-            let d = a - before.get(k).copied().unwrap_or(0.0);
-            let per = d / evicted.max(1) as f64;
-            (per >= 0.01).then(|| (name.to_string(), per))
-        })
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v
 }
 
 /// With evictord still running (it removes the maintenance's finalizer and the maintenance's

@@ -43,6 +43,7 @@ mod memory;
 mod pool;
 mod pool_files;
 mod pool_report;
+mod processes;
 mod prom;
 mod replay;
 mod report;

@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::cluster::{bench_pod, create_pods};
+use crate::processes::status_bytes;
 use crate::settings::Settings;
 use crate::{replay, support};
 
@@ -148,21 +149,6 @@ pub fn pid_of(webhook_port: u16) -> anyhow::Result<u32> {
         }
     }
     anyhow::bail!("no evictord process listening on port {webhook_port}")
-}
-
-/// `VmRSS` (or another `/proc/PID/status` field) in bytes.
-pub fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .ok_or_else(|| anyhow::anyhow!("no {field} in /proc/{pid}/status"))?;
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .ok_or_else(|| anyhow::anyhow!("malformed {line:?}"))?
-        .parse()?;
-    Ok(kib * 1024)
 }
 
 pub fn median_u64(v: &[u64]) -> u64 {

@@ -360,7 +360,7 @@ async fn run_mode(
         (None, None)
     };
     let evictord_pid = evictord.as_ref().and_then(|e| e.pid());
-    let (apiserver_pid, etcd_pid, _) = crate::drain::control_plane_pids(c);
+    let (apiserver_pid, etcd_pid, _) = crate::processes::control_plane_pids(c);
     let cpu = |pid: Option<u32>| pid.and_then(crate::loadgen::cpu_time);
     let cpu0 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(evictord_pid)];
     let counters0 = support::apiserver::counters(client).await?;
@@ -416,7 +416,7 @@ async fn run_mode(
     let counters1 = support::apiserver::counters(client).await?;
     let histograms1 = crate::prom::scrape_apiserver(client).await;
     let evicted = samples.departures.len();
-    let (requests, writes) = crate::drain::request_totals(&counters0, &counters1);
+    let (requests, writes) = crate::prom::request_totals(&counters0, &counters1);
     let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
     let requests_figures = if mode.evictord {
         Some(request_figures(client, &ns).await?)
@@ -424,7 +424,7 @@ async fn run_mode(
         None
     };
     let evictord_peak_rss_bytes =
-        evictord_pid.and_then(|pid| crate::memory::status_bytes(pid, "VmHWM:").ok());
+        evictord_pid.and_then(|pid| crate::processes::status_bytes(pid, "VmHWM:").ok());
     let all = |w: &WorkloadFigures| matches!(w.tracked.kind, Kind::Deployment | Kind::StatefulSet);
     let worst_deployment = worst(&samples, client, &ns, mode.evictord, |w| w.tracked.goal).await;
     let worst = worst(&samples, client, &ns, mode.evictord, all).await;
@@ -473,7 +473,7 @@ async fn run_mode(
         last_departures: samples.departures.iter().rev().take(5).cloned().collect(),
         api_requests_per_evicted_pod: per(requests),
         api_writes_per_evicted_pod: per(writes),
-        api_requests_top: crate::drain::per_pod(
+        api_requests_top: crate::prom::per_pod(
             &counters0,
             &counters1,
             support::apiserver::REQUESTS,
@@ -482,7 +482,7 @@ async fn run_mode(
         .into_iter()
         .take(12)
         .collect(),
-        webhook_calls_per_evicted_pod: crate::drain::per_pod(
+        webhook_calls_per_evicted_pod: crate::prom::per_pod(
             &counters0,
             &counters1,
             support::apiserver::WEBHOOK_CALLS,

@@ -1,12 +1,16 @@
 //! Histograms from a Prometheus text exposition (evictord's or kube-apiserver's `/metrics`), and
 //! what they gained between two scrapes: count, mean, and p50/p99 read from the buckets (the
-//! upper bound of the bucket the quantile falls in, so "at most"); and the kube-apiserver series
-//! that say where an EvictionRequest write's time goes.
+//! upper bound of the bucket the quantile falls in, so "at most"); the kube-apiserver series
+//! that say where an EvictionRequest write's time goes; and what kube-apiserver's request
+//! counters ([`crate::support::apiserver::counters`]) gained over a run: every request and the
+//! writes among them ([`request_totals`]), each series per evicted pod ([`per_pod`]).
 
 use std::collections::BTreeMap;
 
 use kube::Client;
 use serde::Serialize;
+
+use crate::support;
 
 /// One histogram series: cumulative buckets (upper bound, count), sum and count.
 #[derive(Clone, Debug, Default)]
@@ -248,4 +252,56 @@ pub fn apiserver_deltas(
         }
     }
     merged.into_values().collect()
+}
+
+/// The increase of every request series, and of the writes among them.
+pub fn request_totals(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> (f64, f64) {
+    const WRITES: [&str; 6] = [
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+        "DELETECOLLECTION",
+        "APPLY",
+    ];
+    let mut total = 0.0;
+    let mut writes = 0.0;
+    for (k, a) in after {
+        let Some(series) = k
+            .strip_prefix(support::apiserver::REQUESTS)
+            .and_then(|s| s.strip_prefix('|'))
+        else {
+            continue;
+        };
+        let d = a - before.get(k).copied().unwrap_or(0.0);
+        total += d;
+        if series
+            .split_whitespace()
+            .next()
+            .is_some_and(|verb| WRITES.contains(&verb))
+        {
+            writes += d;
+        }
+    }
+    (total, writes)
+}
+
+/// The increase of each series of `metric` per evicted pod, largest first, above 0.01.
+pub fn per_pod(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    metric: &str,
+    evicted: usize,
+) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = after
+        .iter()
+        .filter_map(|(k, a)| {
+            let name = k.strip_prefix(metric)?.strip_prefix('|')?;
+            let d = a - before.get(k).copied().unwrap_or(0.0);
+            let per = d / evicted.max(1) as f64;
+            (per >= 0.01).then(|| (name.to_string(), per))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
 }
