@@ -27,252 +27,30 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use evictord::api::{CONDITION_DRAINED, CONDITION_EVICTED, EvictionRequest, NodeMaintenance};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use serde::Serialize;
 
 use crate::cluster::{delete_requests, unregister_webhooks};
 use crate::loadgen::median;
+use crate::pool_mode::{Drainer, Mode};
+use crate::pool_results::{
+    Call, InterceptorFigures, ModeOutcome, ModeResult, PoolResults, RequestFigures, RowFigures,
+    Worst,
+};
 use crate::settings::{PoolSettings, Settings};
 use crate::support;
-use crate::support::pool::measure::{Departure, Samples, WorkloadFigures};
+use crate::support::pool::measure::{Samples, WorkloadFigures};
 use crate::support::pool::schedule::Timing;
-use crate::support::pool::workloads::{self, Kind, Row, Variant, WORKLOAD_LABEL};
+use crate::support::pool::workloads::{self, Kind, WORKLOAD_LABEL};
 use crate::support::pool::{DRAIN_LABEL, KUBECTL_DRAIN_FLAGS, Pool, Spec};
-
-/// The modes `make bench` runs: the finishable pool first (kubectl drain alone finishes there:
-/// the times to compare), then the full one.
-pub const DEFAULT_MODES: &[&str] = &[
-    "finishable/kubectl-each",
-    "finishable/kubectl-all",
-    "finishable/evictord+kubectl-each",
-    "finishable/evictord+kubectl-all",
-    "finishable/evictord+nodemaintenance",
-    "full/kubectl-each",
-    "full/kubectl-all",
-    "full/evictord+kubectl-each",
-    "full/evictord+kubectl-all",
-    "full/evictord+nodemaintenance",
-];
 
 /// How long the pool may take to settle before a mode.
 const SETTLE: Duration = Duration::from_secs(600);
 /// How long the Deployments and StatefulSets may take to come back after a drain.
 const RESTORE: Duration = Duration::from_secs(120);
-
-/// What drains the pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Drainer {
-    KubectlEach,
-    KubectlAll,
-    NodeMaintenance,
-}
-
-/// One mode of the part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Mode {
-    pub variant: Variant,
-    pub drainer: Drainer,
-    pub evictord: bool,
-}
-
-impl FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (pool, drainer) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?}: want POOL/DRAINER"))?;
-        let variant = match pool {
-            "full" => Variant::Full,
-            "finishable" => Variant::Finishable,
-            other => return Err(format!("{other:?}: the pool is full or finishable")),
-        };
-        let (evictord, drainer) = match drainer.strip_prefix("evictord+") {
-            Some(d) => (true, d),
-            None => (false, drainer),
-        };
-        let drainer = match drainer {
-            "kubectl-each" => Drainer::KubectlEach,
-            "kubectl-all" => Drainer::KubectlAll,
-            "nodemaintenance" if evictord => Drainer::NodeMaintenance,
-            other => {
-                return Err(format!(
-                    "{other:?}: not a drainer (a NodeMaintenance needs evictord+)"
-                ));
-            }
-        };
-        Ok(Mode {
-            variant,
-            drainer,
-            evictord,
-        })
-    }
-}
-
-impl Mode {
-    /// As written in `EVICTORD_BENCH_POOL_MODES`.
-    pub fn id(&self) -> String {
-        let drainer = match self.drainer {
-            Drainer::KubectlEach => "kubectl-each",
-            Drainer::KubectlAll => "kubectl-all",
-            Drainer::NodeMaintenance => "nodemaintenance",
-        };
-        format!(
-            "{}/{}{drainer}",
-            self.variant.label(),
-            if self.evictord { "evictord+" } else { "" }
-        )
-    }
-
-    /// For file names.
-    pub fn slug(&self) -> String {
-        self.id().replace(['/', '+'], "-")
-    }
-}
-
-/// One `kubectl drain` call.
-#[derive(Clone, Debug, Serialize)]
-pub struct Call {
-    pub nodes: Vec<String>,
-    pub seconds: f64,
-    /// `None`: killed at the mode's timeout.
-    pub exit_code: Option<i32>,
-    /// Its last line of output.
-    pub last_line: String,
-}
-
-/// One row of the mix in one mode.
-#[derive(Clone, Debug, Serialize)]
-pub struct RowFigures {
-    pub row: String,
-    pub what: String,
-    pub kind: Kind,
-    /// The interceptors the row declares, and those its pods carried (served by the build).
-    pub declared: Vec<String>,
-    pub carried: Vec<String>,
-    pub goal: bool,
-    pub workloads: usize,
-    /// Workloads with a pod that left a drained node.
-    pub moved: usize,
-    pub replica_seconds: f64,
-    pub min_ratio: f64,
-    pub worst: String,
-    pub with_loss: usize,
-    pub floors_broken: usize,
-}
-
-/// How long one interceptor was active on the mode's EvictionRequests.
-#[derive(Clone, Debug, Serialize)]
-pub struct InterceptorFigures {
-    pub name: String,
-    pub activations: usize,
-    pub median_active_seconds: f64,
-    pub max_active_seconds: f64,
-}
-
-/// The mode's EvictionRequests at the end.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RequestFigures {
-    pub requests: usize,
-    pub evicted: usize,
-    /// From creation to `Evicted`.
-    pub median_seconds: f64,
-    pub max_seconds: f64,
-    /// Requests whose Eviction API call was refused at least once (a PDB's 429), and the calls.
-    pub with_refused_evictions: usize,
-    pub refused_evictions: i64,
-    pub interceptors: Vec<InterceptorFigures>,
-}
-
-/// The workload that lost the most, with what its EvictionRequests said.
-#[derive(Clone, Debug, Serialize)]
-pub struct Worst {
-    pub workload: String,
-    pub row: String,
-    pub desired: i32,
-    pub replica_seconds: f64,
-    pub min_available: i32,
-    pub messages: Vec<String>,
-    /// (seconds, available ÷ desired) at each change.
-    pub ratio: Vec<(f64, f64)>,
-}
-
-/// One mode's figures.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModeResult {
-    pub mode: Mode,
-    pub id: String,
-    pub pods: usize,
-    pub create_seconds: f64,
-    pub settle_seconds: f64,
-    pub evictord_start_seconds: Option<f64>,
-    pub completed: bool,
-    pub completion_seconds: f64,
-    pub stopped_at_timeout: bool,
-    pub calls: Vec<Call>,
-    pub restored: bool,
-    pub restore_seconds: f64,
-    pub samples: usize,
-    pub sampled_seconds: f64,
-    pub rows: Vec<RowFigures>,
-    /// Σ over every Deployment (under the goal or not).
-    pub deployment_replica_seconds: f64,
-    pub deployment_min_ratio: f64,
-    pub statefulset_replica_seconds: f64,
-    pub floors_broken: Vec<String>,
-    pub pods_left_on_drained: Vec<String>,
-    pub daemonset_pods_left_on_drained: usize,
-    pub pods_evicted: usize,
-    pub last_departures: Vec<Departure>,
-    pub api_requests_per_evicted_pod: f64,
-    pub api_writes_per_evicted_pod: f64,
-    pub api_requests_top: Vec<(String, f64)>,
-    pub webhook_calls_per_evicted_pod: Vec<(String, f64)>,
-    pub apiserver_histograms: Vec<crate::prom::Delta>,
-    pub kube_apiserver_cpu_cores: Option<f64>,
-    pub etcd_cpu_cores: Option<f64>,
-    pub evictord_cpu_seconds: Option<f64>,
-    pub evictord_cpu_cores: Option<f64>,
-    pub evictord_peak_rss_bytes: Option<u64>,
-    pub requests: Option<RequestFigures>,
-    /// The Deployment or StatefulSet that lost the most.
-    pub worst: Option<Worst>,
-    /// The Deployment under the goal that lost the most (of those whose pods moved).
-    pub worst_deployment: Option<Worst>,
-    pub played: String,
-    pub files: Vec<String>,
-    pub clean_up_seconds: f64,
-}
-
-/// A mode and its outcome.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModeOutcome {
-    pub id: String,
-    pub result: Result<ModeResult, String>,
-}
-
-/// Part 5's results.
-#[derive(Clone, Debug, Serialize)]
-pub struct PoolResults {
-    pub nodes: usize,
-    pub drained: usize,
-    pub pods: usize,
-    pub timeout_seconds: f64,
-    pub node_timeout_seconds: f64,
-    pub start_delay_seconds: f64,
-    pub grace_seconds: f64,
-    pub kubectl_flags: Vec<String>,
-    pub evictord_flags: Vec<String>,
-    pub served: Vec<String>,
-    pub mix: Vec<Row>,
-    pub modes: Vec<ModeOutcome>,
-}
 
 /// Runs part 5; `progress` gets the results after each mode (the report is written then).
 pub async fn run(

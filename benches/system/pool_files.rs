@@ -13,7 +13,8 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::pool::{Mode, Worst};
+use crate::pool_mode::Mode;
+use crate::pool_results::Worst;
 use crate::support::pool::measure::Samples;
 use crate::svg::{Line, StepPlot};
 

@@ -2,7 +2,8 @@
 //! and its rows of the goals table (issue 35).
 
 use crate::goals::{Goal, Verdict};
-use crate::pool::{Drainer, ModeResult, PoolResults};
+use crate::pool_mode::Drainer;
+use crate::pool_results::{ModeResult, PoolResults};
 use crate::report::Report;
 use crate::support::pool::workloads::{self, Kind, Variant};
 

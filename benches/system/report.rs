@@ -11,7 +11,7 @@ use crate::drain::DrainResults;
 use crate::loadgen::median;
 use crate::loadgen::{FixedRate, Protocol};
 use crate::memory::{MemoryResults, ReplayResults};
-use crate::pool::PoolResults;
+use crate::pool_results::PoolResults;
 use crate::settings::Settings;
 use crate::webhook::{BodyResult, ServerRun, WebhookResults};
 

@@ -149,7 +149,7 @@ impl Settings {
             pods: var("EVICTORD_BENCH_POOL_PODS", "1000").parse()?,
             modes: list(&var(
                 "EVICTORD_BENCH_POOL_MODES",
-                &crate::pool::DEFAULT_MODES.join(","),
+                &crate::pool_mode::DEFAULT_MODES.join(","),
             ))?,
             timeout: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_TIMEOUT", "600").parse()?),
             node_timeout: Duration::from_secs_f64(
@@ -241,7 +241,7 @@ pub struct PoolSettings {
     pub nodes: usize,
     pub drained: usize,
     pub pods: usize,
-    pub modes: Vec<crate::pool::Mode>,
+    pub modes: Vec<crate::pool_mode::Mode>,
     pub timeout: Duration,
     pub node_timeout: Duration,
     pub start_delay: Duration,

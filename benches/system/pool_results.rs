@@ -1,0 +1,148 @@
+//! Part 5's results (issue 35), what `report.json` holds under `pool`: per mode, the drain's
+//! times and `kubectl drain` calls, each row of the workload mix's availability, the workloads
+//! that lost the most, what the drain cost kube-apiserver, etcd and evictord, and what its
+//! EvictionRequests said.
+
+use serde::Serialize;
+
+use crate::pool_mode::Mode;
+use crate::support::pool::measure::Departure;
+use crate::support::pool::workloads::{Kind, Row};
+
+/// One `kubectl drain` call.
+#[derive(Clone, Debug, Serialize)]
+pub struct Call {
+    pub nodes: Vec<String>,
+    pub seconds: f64,
+    /// `None`: killed at the mode's timeout.
+    pub exit_code: Option<i32>,
+    /// Its last line of output.
+    pub last_line: String,
+}
+
+/// One row of the mix in one mode.
+#[derive(Clone, Debug, Serialize)]
+pub struct RowFigures {
+    pub row: String,
+    pub what: String,
+    pub kind: Kind,
+    /// The interceptors the row declares, and those its pods carried (served by the build).
+    pub declared: Vec<String>,
+    pub carried: Vec<String>,
+    pub goal: bool,
+    pub workloads: usize,
+    /// Workloads with a pod that left a drained node.
+    pub moved: usize,
+    pub replica_seconds: f64,
+    pub min_ratio: f64,
+    pub worst: String,
+    pub with_loss: usize,
+    pub floors_broken: usize,
+}
+
+/// How long one interceptor was active on the mode's EvictionRequests.
+#[derive(Clone, Debug, Serialize)]
+pub struct InterceptorFigures {
+    pub name: String,
+    pub activations: usize,
+    pub median_active_seconds: f64,
+    pub max_active_seconds: f64,
+}
+
+/// The mode's EvictionRequests at the end.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RequestFigures {
+    pub requests: usize,
+    pub evicted: usize,
+    /// From creation to `Evicted`.
+    pub median_seconds: f64,
+    pub max_seconds: f64,
+    /// Requests whose Eviction API call was refused at least once (a PDB's 429), and the calls.
+    pub with_refused_evictions: usize,
+    pub refused_evictions: i64,
+    pub interceptors: Vec<InterceptorFigures>,
+}
+
+/// The workload that lost the most, with what its EvictionRequests said.
+#[derive(Clone, Debug, Serialize)]
+pub struct Worst {
+    pub workload: String,
+    pub row: String,
+    pub desired: i32,
+    pub replica_seconds: f64,
+    pub min_available: i32,
+    pub messages: Vec<String>,
+    /// (seconds, available ÷ desired) at each change.
+    pub ratio: Vec<(f64, f64)>,
+}
+
+/// One mode's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeResult {
+    pub mode: Mode,
+    pub id: String,
+    pub pods: usize,
+    pub create_seconds: f64,
+    pub settle_seconds: f64,
+    pub evictord_start_seconds: Option<f64>,
+    pub completed: bool,
+    pub completion_seconds: f64,
+    pub stopped_at_timeout: bool,
+    pub calls: Vec<Call>,
+    pub restored: bool,
+    pub restore_seconds: f64,
+    pub samples: usize,
+    pub sampled_seconds: f64,
+    pub rows: Vec<RowFigures>,
+    /// Σ over every Deployment (under the goal or not).
+    pub deployment_replica_seconds: f64,
+    pub deployment_min_ratio: f64,
+    pub statefulset_replica_seconds: f64,
+    pub floors_broken: Vec<String>,
+    pub pods_left_on_drained: Vec<String>,
+    pub daemonset_pods_left_on_drained: usize,
+    pub pods_evicted: usize,
+    pub last_departures: Vec<Departure>,
+    pub api_requests_per_evicted_pod: f64,
+    pub api_writes_per_evicted_pod: f64,
+    pub api_requests_top: Vec<(String, f64)>,
+    pub webhook_calls_per_evicted_pod: Vec<(String, f64)>,
+    pub apiserver_histograms: Vec<crate::prom::Delta>,
+    pub kube_apiserver_cpu_cores: Option<f64>,
+    pub etcd_cpu_cores: Option<f64>,
+    pub evictord_cpu_seconds: Option<f64>,
+    pub evictord_cpu_cores: Option<f64>,
+    pub evictord_peak_rss_bytes: Option<u64>,
+    pub requests: Option<RequestFigures>,
+    /// The Deployment or StatefulSet that lost the most.
+    pub worst: Option<Worst>,
+    /// The Deployment under the goal that lost the most (of those whose pods moved).
+    pub worst_deployment: Option<Worst>,
+    pub played: String,
+    pub files: Vec<String>,
+    pub clean_up_seconds: f64,
+}
+
+/// A mode and its outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeOutcome {
+    pub id: String,
+    pub result: Result<ModeResult, String>,
+}
+
+/// Part 5's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolResults {
+    pub nodes: usize,
+    pub drained: usize,
+    pub pods: usize,
+    pub timeout_seconds: f64,
+    pub node_timeout_seconds: f64,
+    pub start_delay_seconds: f64,
+    pub grace_seconds: f64,
+    pub kubectl_flags: Vec<String>,
+    pub evictord_flags: Vec<String>,
+    pub served: Vec<String>,
+    pub mix: Vec<Row>,
+    pub modes: Vec<ModeOutcome>,
+}
