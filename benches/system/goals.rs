@@ -2,10 +2,9 @@
 //! with the measured figure, the target and a verdict. `REPORT.md` shows them first,
 //! `report.json` holds them as `goals`.
 
-use serde::Serialize;
-
+use crate::goal_row::{Goal, Verdict};
 use crate::loadgen::median;
-use crate::report::Report;
+use crate::results::Report;
 use crate::webhook::{BodyResult, ServerRun};
 
 /// Figures of the build before issue 17's changes (`benches/HISTORY.md`: that build measured on
@@ -27,44 +26,6 @@ const IDLE_TOLERANCE: f64 = 0.10;
 
 /// Goal 1's fixed rate.
 const GOAL_RATE: u64 = 5000;
-
-/// A goal's verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Met,
-    Missed,
-    /// The part did not run, or not with what the goal needs.
-    NotMeasured,
-    /// A figure the issue asks to report, without a target.
-    Reported,
-}
-
-impl Verdict {
-    fn mark(self) -> &'static str {
-        match self {
-            Verdict::Met => "✅",
-            Verdict::Missed => "❌ **MISS**",
-            Verdict::NotMeasured => "⚠️ not measured",
-            Verdict::Reported => "ℹ️ reported",
-        }
-    }
-
-    pub fn of(met: bool) -> Self {
-        if met { Verdict::Met } else { Verdict::Missed }
-    }
-}
-
-/// One row of the goals table.
-#[derive(Clone, Debug, Serialize)]
-pub struct Goal {
-    /// The issue's goal number (`1` to `6`, `profile`).
-    pub goal: String,
-    pub what: String,
-    pub measured: String,
-    pub target: String,
-    pub verdict: Verdict,
-}
 
 fn row(goal: &str, what: String, measured: String, target: &str, verdict: Verdict) -> Goal {
     Goal {

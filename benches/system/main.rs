@@ -35,6 +35,7 @@ mod cluster;
 mod controllers;
 mod drain;
 mod evictord_process;
+mod goal_row;
 mod goals;
 mod limit_server;
 mod loadgen;
@@ -49,6 +50,7 @@ mod processes;
 mod prom;
 mod replay;
 mod report;
+mod results;
 mod settings;
 mod svg;
 mod webhook;
@@ -88,7 +90,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let mut report = report::Report::new(&settings);
+    let mut report = results::Report::new(&settings);
     runtime.block_on(async {
         if settings.parts.contains("webhook") {
             // The control plane (for the EvictionRequest creates and the later parts) starts

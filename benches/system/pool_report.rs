@@ -1,10 +1,10 @@
 //! The pool part in `REPORT.md` (a table per mode, where the time and the availability went)
 //! and its rows of the goals table (issue 35).
 
-use crate::goals::{Goal, Verdict};
+use crate::goal_row::{Goal, Verdict};
 use crate::pool_mode::Drainer;
 use crate::pool_results::{ModeResult, PoolResults};
-use crate::report::Report;
+use crate::results::Report;
 use crate::support::pool::workloads::{self, Kind, Variant};
 
 /// The time goal: evictord's drain at most this many times kubectl drain's alone.
