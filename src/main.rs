@@ -40,7 +40,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         "evictord flags",
                         &<Cli as clap::CommandFactory>::command()
                     ),
-                    DocsPage::Crds => evictord::reference::crds_markdown(&evictord::api::all_crds()),
+                    DocsPage::Crds =>
+                        evictord::reference::crds_markdown(&evictord::api::all_crds()),
                 }
             );
             Ok(ExitCode::SUCCESS)

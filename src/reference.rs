@@ -18,12 +18,17 @@ pub const GENERATED: &str = "<!-- Generated from the code by `make reference`; d
 /// section a command, one table row a flag (name and value, default, environment variable,
 /// help).
 pub fn flags_markdown(title: &str, cmd: &Command) -> String {
+    // Built, as clap builds it before parsing: a `SetTrue` flag gets its arity and its `false`
+    // default only then.
+    let mut cmd = cmd.clone();
+    cmd.build();
     let mut out = format!("{GENERATED}\n\n# {title}\n");
-    command_section(&mut out, cmd, cmd.get_bin_name().unwrap_or(cmd.get_name()));
+    let path = cmd.get_bin_name().unwrap_or(cmd.get_name()).to_string();
+    command_section(&mut out, &cmd, &path, true);
     out
 }
 
-fn command_section(out: &mut String, cmd: &Command, path: &str) {
+fn command_section(out: &mut String, cmd: &Command, path: &str, root: bool) {
     let _ = write!(out, "\n## `{path}`\n\n");
     if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         let _ = writeln!(out, "{}\n", one_paragraph(&about.to_string()));
@@ -32,6 +37,8 @@ fn command_section(out: &mut String, cmd: &Command, path: &str) {
         .get_arguments()
         .filter(|a| !a.is_hide_set())
         .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+        // A global flag is listed once, with the command that declares it.
+        .filter(|a| root || !a.is_global_set())
         .collect();
     if args.is_empty() {
         out.push_str("No flags of its own.\n");
@@ -59,7 +66,7 @@ fn command_section(out: &mut String, cmd: &Command, path: &str) {
         if sub.get_name() == "help" {
             continue;
         }
-        command_section(out, sub, &format!("{path} {}", sub.get_name()));
+        command_section(out, sub, &format!("{path} {}", sub.get_name()), false);
     }
 }
 
@@ -94,7 +101,11 @@ fn flag_cell(a: &clap::Arg) -> String {
     if possible.is_empty() || possible == ["true", "false"] {
         names.join(", ")
     } else {
-        format!("{} (one of {})", names.join(", "), code_list(possible.into_iter()))
+        format!(
+            "{} (one of {})",
+            names.join(", "),
+            code_list(possible.into_iter())
+        )
     }
 }
 
@@ -124,7 +135,10 @@ pub fn crds_markdown(crds: &[CustomResourceDefinition]) -> String {
         );
         for v in &s.versions {
             let _ = writeln!(out, "\n### {}/{}\n", s.group, v.name);
-            let Some(schema) = v.schema.as_ref().and_then(|x| x.open_api_v3_schema.as_ref())
+            let Some(schema) = v
+                .schema
+                .as_ref()
+                .and_then(|x| x.open_api_v3_schema.as_ref())
             else {
                 out.push_str("No schema.\n");
                 continue;
@@ -215,8 +229,14 @@ fn cell(text: &str) -> String {
     one_paragraph(text).replace('|', "\\|")
 }
 
+/// Text as one paragraph of Markdown: one line, and `<`, `>` escaped so that a placeholder such
+/// as `<time>` in a help text is shown, not taken for an HTML tag.
 fn one_paragraph(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
@@ -227,7 +247,11 @@ mod tests {
     fn cli() -> Command {
         Command::new("tool")
             .about("A tool.")
-            .arg(Arg::new("kubeconfig").long("kubeconfig").help("Path | file"))
+            .arg(
+                Arg::new("kubeconfig")
+                    .long("kubeconfig")
+                    .help("Path | file"),
+            )
             .subcommand(
                 Command::new("run")
                     .about("Run it.")
@@ -237,7 +261,7 @@ mod tests {
                             .value_parser(["off", "on"])
                             .default_value("on")
                             .env("TOOL_MODE")
-                            .help("The\n  mode."),
+                            .help("The\n  mode <m>."),
                     )
                     .arg(Arg::new("dry").long("dry").action(ArgAction::SetTrue))
                     .arg(Arg::new("secret").long("secret").hide(true))
@@ -256,14 +280,24 @@ mod tests {
             "{page}"
         );
         assert!(page.contains("\n## `tool run`\n"), "{page}");
+        assert_eq!(
+            page.matches("--kubeconfig").count(),
+            1,
+            "a global flag is listed once: {page}"
+        );
         assert!(
-            page.contains("| `--mode <MODE>` (one of `off`, `on`) | `on` | `TOOL_MODE` | The mode. |"),
+            page.contains(
+                "| `--mode <MODE>` (one of `off`, `on`) | `on` | `TOOL_MODE` | The mode &lt;m&gt;. |"
+            ),
             "{page}"
         );
         assert!(page.contains("| `--dry` | `false` |  |  |"), "{page}");
         assert!(page.contains("| `<NODES>` |"), "{page}");
         assert!(!page.contains("secret"), "a hidden flag is listed: {page}");
-        assert!(!page.contains("hidden"), "a hidden command is listed: {page}");
+        assert!(
+            !page.contains("hidden"),
+            "a hidden command is listed: {page}"
+        );
     }
 
     #[test]

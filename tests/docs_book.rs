@@ -112,7 +112,9 @@ fn heading_text(raw: &str) -> String {
         rest = rest[i + 2..].split_once(')').map_or("", |(_, r)| r);
     }
     text.push_str(rest);
-    text.chars().filter(|c| !matches!(c, '`' | '*' | '[' | ']')).collect()
+    text.chars()
+        .filter(|c| !matches!(c, '`' | '*' | '[' | ']'))
+        .collect()
 }
 
 /// mdBook's id of a heading: letters, digits, `-` and `_` lower-cased, white space as `-`, the
@@ -179,7 +181,10 @@ fn broken_links(file: &Path, in_book: bool) -> Vec<String> {
             || target.starts_with('/')
         {
             if target.is_empty() || target.starts_with('/') {
-                broken.push(format!("{}: empty or absolute link {target:?}", file.display()));
+                broken.push(format!(
+                    "{}: empty or absolute link {target:?}",
+                    file.display()
+                ));
             }
             continue;
         }
@@ -243,13 +248,19 @@ fn every_page_is_in_the_summary_and_every_entry_is_a_page() {
     let missing: Vec<_> = pages.difference(&listed).collect();
     let dangling: Vec<_> = listed.difference(&pages).collect();
     assert!(missing.is_empty(), "pages not in SUMMARY.md: {missing:?}");
-    assert!(dangling.is_empty(), "SUMMARY.md entries without a page: {dangling:?}");
+    assert!(
+        dangling.is_empty(),
+        "SUMMARY.md entries without a page: {dangling:?}"
+    );
 }
 
 #[test]
 fn the_readme_fits_on_a_screen() {
     let lines = read(&Path::new(ROOT).join("README.md")).lines().count();
-    assert!(lines <= 200, "README.md has {lines} lines; the rest belongs in the book");
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines; the rest belongs in the book"
+    );
 }
 
 fn printed(binary: &str, args: &[&str]) -> String {
