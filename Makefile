@@ -28,7 +28,7 @@ plugin:
 
 ## make plugin-screen: the plugin's live view as a person sees it: `kubectl evictord drain` in a tmux
 ## pseudo-terminal on the test control plane, the screen captured into
-## $${CARGO_TARGET_DIR:-target}/plugin-screen.txt (the README shows one). Installs tmux if missing.
+## $${CARGO_TARGET_DIR:-target}/plugin-screen.txt (docs/src/plugin.md shows one). Installs tmux if missing.
 plugin-screen:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
@@ -89,7 +89,7 @@ test: lint
 ## part, a 40-node pool drained side by side with the real kubectl drain, EVICTORD_BENCH_PARTS=pool
 ## alone, about an hour for its ten modes); writes
 ## $${CARGO_TARGET_DIR:-target}/bench/REPORT.md (issue 17's goals first), report.json and, when perf
-## is installed (Debian: linux-perf), profile-<body>.txt (see README "Performance").
+## is installed (Debian: linux-perf), profile-<body>.txt (see docs/src/performance.md).
 ## Knobs: EVICTORD_BENCH_* (benches/system/settings.rs), e.g. EVICTORD_BENCH_PARTS=webhook or
 ## EVICTORD_BENCH_BASELINE=path/to/an/older/evictord (a third column, from the same run).
 bench:
@@ -150,7 +150,7 @@ fuzz:
 ## make chaos: the long fault tests on the real control plane, ignored by `make test`, each in
 ## the middle of a drain: the leader SIGKILLed (tests/chaos_drain.rs, 1000 pods), kube-apiserver
 ## restarted (tests/chaos_apiserver_restart.rs, 500 pods), etcd paused for 30 s
-## (tests/chaos_etcd_pause.rs, 500 pods); prints the figures of README "Reliability". Each test
+## (tests/chaos_etcd_pause.rs, 500 pods); prints the figures of docs/src/reliability.md. Each test
 ## binary has its own control plane; they run one after the other, all of them even when one
 ## fails (CHAOS_TESTS picks some). The short fault tests (webhook down: tests/webhook_down.rs;
 ## hostile clients: tests/hostile_clients.rs) run in `make test`.

@@ -5,7 +5,7 @@
 //! ended. kube-apiserver's request counters restart at zero with it, so the proof that no pod
 //! was evicted twice comes from its audit log, which does not: per pod, no call after a call
 //! answered 2xx and no 404/409 that a cut call does not explain. The figures are printed for
-//! README "Reliability".
+//! docs/src/reliability.md.
 
 mod support;
 

@@ -3,7 +3,7 @@
 //! pods. The standby must take over within its lease duration plus 15 s, every pod must be
 //! evicted exactly once (kube-apiserver counts one successful `pods/eviction` per pod and no
 //! call answered otherwise: no call after a pod was evicted), and every EvictionRequest must end
-//! with a condition. The figures are printed for README "Reliability".
+//! with a condition. The figures are printed for docs/src/reliability.md.
 
 mod support;
 

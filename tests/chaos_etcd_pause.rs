@@ -4,7 +4,7 @@
 //! (leader and standby) must carry on once etcd is back and finish the drain: Drained=True,
 //! every pod gone, every EvictionRequest ended; kube-apiserver's audit log shows per pod that no
 //! pod was evicted twice (no call after a call answered 2xx, no 404/409 that a cut call does not
-//! explain). The figures are printed for README "Reliability".
+//! explain). The figures are printed for docs/src/reliability.md.
 
 mod support;
 

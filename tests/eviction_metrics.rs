@@ -1,7 +1,7 @@
-//! The metrics of the README's Operations table on a real kube-apiserver, after one eviction
-//! through two interceptors (played by the test: each writes its own status entry with
-//! `startTime` and `completionTime`) and the imperative one. This binary has its own control
-//! plane and a single evictord, so the values are exactly this test's.
+//! The metrics of the book's metrics table (docs/src/reference/metrics.md) on a real
+//! kube-apiserver, after one eviction through two interceptors (played by the test: each writes
+//! its own status entry with `startTime` and `completionTime`) and the imperative one. This
+//! binary has its own control plane and a single evictord, so the values are exactly this test's.
 
 mod support;
 
@@ -21,7 +21,7 @@ use support::wait::until;
 const T: Duration = Duration::from_secs(60);
 const IMP: &str = "imperative-eviction.k8s.io";
 
-/// Metric names in the first column of the README's Operations table (counters with their
+/// Metric names in the first column of the book's metrics table (counters with their
 /// OpenMetrics sample suffix `_total`).
 fn readme_metrics() -> Vec<String> {
     let readme = include_str!("../docs/src/reference/metrics.md");
@@ -189,11 +189,14 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
         "no maintenance: {text}"
     );
 
-    // Every metric the README lists was exposed (declared while the request was open or after
+    // Every metric the book lists was exposed (declared while the request was open or after
     // the eviction; a counter by its name without `_total`), and nothing evictord exposes is
-    // missing from the README.
+    // missing from the book.
     let readme = readme_metrics();
-    assert!(readme.len() >= 16, "README table parsed: {readme:?}");
+    assert!(
+        readme.len() >= 16,
+        "the book's metrics table parsed: {readme:?}"
+    );
     // Labelled families whose label values are open (interceptor and requester names) get
     // series from this scenario; those with a fixed set of values are exposed at zero from the
     // start.
@@ -202,7 +205,7 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
         let declared = format!("# TYPE {family} ");
         assert!(
             text.contains(&declared) || during.contains(&declared),
-            "README lists {name}, /metrics does not expose it:\n{during}\n{text}"
+            "docs/src/reference/metrics.md lists {name}, /metrics does not expose it:\n{during}\n{text}"
         );
     }
     for line in text.lines().chain(during.lines()) {
@@ -212,7 +215,7 @@ async fn metrics_after_an_eviction_through_two_interceptors() {
                 readme
                     .iter()
                     .any(|n| n == family || n.strip_suffix("_total") == Some(family)),
-                "/metrics exposes {family}, the README does not list it: {readme:?}"
+                "/metrics exposes {family}, docs/src/reference/metrics.md does not list it: {readme:?}"
             );
         }
     }

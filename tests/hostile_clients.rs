@@ -7,7 +7,7 @@
 //! Checked: every hostile request gets its proper answer (413 read by the client, not a reset;
 //! 408 for a body that never completes; 400 for the unreadable ones), the idle and slow-loris
 //! connections are closed by the server's timeouts, the well-behaved client never fails, and
-//! evictord's resident memory stays bounded. Measured and printed (README "Reliability"): the
+//! evictord's resident memory stays bounded. Measured and printed (docs/src/reliability.md): the
 //! well-behaved client's latency percentiles before and under attack, and evictord's RSS.
 
 mod support;

@@ -616,7 +616,7 @@ async fn drained_leaves_static_pods_without_a_node_agent() {
             .then_some((left, nm))
     })
     .await;
-    // What the README says of Drained=True: a static pod without a node agent stays.
+    // What the book says of Drained=True: a static pod without a node agent stays.
     assert_eq!(left.keys().collect::<Vec<_>>(), ["static"]);
     // It gets an EvictionRequest (for interceptors of its own), which the imperative interceptor
     // does not evict, and the node's message says why it stays.

@@ -42,7 +42,7 @@ fn tmux(args: &[&str]) -> Output {
 
 /// The live view in a pseudo-terminal (tmux, 120×16), captured while the budget and the
 /// interceptor hold the drain up and again once it is drained; the three captures are written to
-/// [`capture_path`] together for the README. `make plugin-screen` runs it.
+/// [`capture_path`] together for the book (docs/src/plugin.md). `make plugin-screen` runs it.
 #[tokio::test]
 #[ignore = "needs tmux; run by `make plugin-screen`"]
 async fn live_view_under_tmux() {

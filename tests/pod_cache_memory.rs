@@ -2,7 +2,7 @@
 //! ReplicaSet creates it (four labels, an annotation, an owner reference, one container) is
 //! decoded as evictord's watch decodes it, trimmed, and stored in a kube-runtime reflector store,
 //! as the shared pod cache does. The heap growth per pod must stay under the budget that keeps
-//! 150 000 pods under 300 MiB of RSS (README "Performance"; the RSS figure itself comes from
+//! 150 000 pods under 300 MiB of RSS (docs/src/performance.md; the RSS figure itself comes from
 //! `make bench`, which also counts the allocator's own overhead).
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -231,7 +231,7 @@ async fn node_message_and_plan_name_unregistered_interceptors() {
         .unwrap();
 }
 
-/// The README's registration of an interceptor in another language: its manifest through
+/// The book's registration of an interceptor in another language: its manifest through
 /// `kubectl apply`, and the status heartbeat through `kubectl patch --subresource=status`.
 #[tokio::test]
 async fn readme_registration_with_kubectl() {

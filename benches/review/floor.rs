@@ -8,7 +8,7 @@
 //!
 //! These types are not the server's: they measure what the "borrowed, zero-copy status for the
 //! S-rules" lever named in issue 17 would save at most, before anyone rewrites every S-rule's
-//! input type for it (README "Performance", the misses).
+//! input type for it (docs/src/performance.md, the misses).
 
 // The fields are built to measure what building them costs; the benchmark reads only a few.
 #![allow(dead_code)]

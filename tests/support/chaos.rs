@@ -463,7 +463,7 @@ where
 }
 
 impl FaultRun {
-    /// The figures every fault reports, for README "Reliability".
+    /// The figures every fault reports, for docs/src/reliability.md.
     pub fn figures(&self) -> String {
         let l = &self.ledger;
         let leadership =

@@ -1,4 +1,5 @@
-//! One row per rule of the bridge (SPEC 5.1; README rule ids B1–B7).
+//! One row per rule of the bridge (SPEC 5.1; rule ids B1–B7 as
+//! docs/src/reference/admission-rules.md names them).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -542,7 +542,7 @@ mod tests {
         assert!(crate::metrics::CONTROLLERS.contains(&CONTROLLER));
     }
 
-    /// One name per event in code and README (the recorder once said `FastForwarded`).
+    /// One name per event in code and the book (the recorder once said `FastForwarded`).
     #[rstest::rstest]
     #[case(DrainEvent::PlanAdvanced { from: 0, to: 1 }, "DrainPlanAdvanced")]
     #[case(DrainEvent::FastForwarded { node: "n".into(), by: None, older: false }, "DrainFastForwarded")]
@@ -555,7 +555,7 @@ mod tests {
         let readme = include_str!("../../../docs/src/introduction.md");
         assert!(
             readme.contains(&format!("`{reason}`")),
-            "README lists {reason}"
+            "docs/src/introduction.md lists {reason}"
         );
     }
 
@@ -575,7 +575,7 @@ mod tests {
         let reason = e.reason();
         assert!(
             readme.contains(&format!("`{reason}`")),
-            "README lists {reason}"
+            "docs/src/introduction.md lists {reason}"
         );
     }
 }

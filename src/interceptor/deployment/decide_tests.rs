@@ -1,6 +1,11 @@
 //! Table tests of the Deployment interceptor's decisions: a row per rule.
 
+use std::time::Duration;
+
+use jiff::Timestamp;
 use rstest::rstest;
+
+use crate::api::{EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, InterceptorStatus};
 
 use super::*;
 
@@ -79,7 +84,10 @@ fn kind(step: &Step) -> &'static str {
 #[case::paused(DeploymentFacts { paused: true, ..facts(1) }, "skip", "is paused")]
 #[case::recreate(DeploymentFacts { strategy: Strategy::Recreate, ..facts(1) }, "skip", "Recreate")]
 #[case::rollout_old_pods(DeploymentFacts { updated_replicas: 0, ..facts(1) }, "skip", "rollout")]
-#[case::rollout_not_observed(DeploymentFacts { observed_generation: 3, ..facts(1) }, "skip", "rollout")]
+// A generation not observed yet (the settler's own restore of spec.replicas bumps it too) is
+// waited for, not taken for a rollout; past UNOBSERVED_WAIT it is (unobserved_generation_rows).
+#[case::not_observed_waits(DeploymentFacts { observed_generation: 3, ..facts(1) }, "wait", "observes generation 4 of Deployment d (observed 3)")]
+#[case::not_observed_but_paused(DeploymentFacts { observed_generation: 3, paused: true, ..facts(1) }, "skip", "is paused")]
 #[case::max_surge_zero(DeploymentFacts { max_surge: 0, max_unavailable: 1, ..facts(3) }, "skip", "maxSurge 0")]
 #[case::bad_annotation(DeploymentFacts { record: Err("x".into()), ..facts(1) }, "skip", "unreadable")]
 #[case::first_pod_joins(facts(1), "join", "")]
@@ -97,7 +105,7 @@ fn kind(step: &Step) -> &'static str {
 // Others surge from the user's value.
 #[case::after_abandon_others_join(with_record(facts(4), abandoned(4, &["a"])), "join", "")]
 fn activation_rows(#[case] f: DeploymentFacts, #[case] expected: &str, #[case] text: &str) {
-    let step = on_activation(&f, "d", &pod("p"));
+    let step = on_activation(&f, "d", &pod("p"), Duration::ZERO);
     assert_eq!(kind(&step), expected, "{step:?}");
     let message = match &step {
         Step::Skip(m) | Step::Wait(m) | Step::Ready(m) => m.clone(),
@@ -117,7 +125,7 @@ fn join_adds_one_replica_on_top_of_the_base() {
         ..surged(3, &["a"], 3)
     };
     assert_eq!(
-        on_activation(&f, "d", &pod("p")),
+        on_activation(&f, "d", &pod("p"), Duration::ZERO),
         Step::Join {
             record: record(3, &["a", "p"]),
             replicas: 5,
@@ -125,7 +133,7 @@ fn join_adds_one_replica_on_top_of_the_base() {
         }
     );
     assert_eq!(
-        on_activation(&facts(1), "d", &pod("p")),
+        on_activation(&facts(1), "d", &pod("p"), Duration::ZERO),
         Step::Join {
             record: record(1, &["p"]),
             replicas: 2,
@@ -152,4 +160,62 @@ fn settle_rows(
 ) {
     let fates: Vec<(SurgedPod, Fate)> = fates.into_iter().map(|(u, f)| (pod(u), f)).collect();
     assert_eq!(settle(&f, &fates), expected);
+}
+
+#[rstest]
+#[case::just_activated(Duration::ZERO, "wait")]
+#[case::within_the_bound(UNOBSERVED_WAIT - Duration::from_secs(1), "wait")]
+// The controller may be down: an unobserved generation then counts as a rollout, as before.
+#[case::past_the_bound_a_rollout(UNOBSERVED_WAIT, "skip")]
+fn unobserved_generation_rows(#[case] active: Duration, #[case] expected: &str) {
+    let f = DeploymentFacts {
+        observed_generation: 3,
+        ..facts(1)
+    };
+    let step = on_activation(&f, "d", &pod("p"), active);
+    assert_eq!(kind(&step), expected, "{step:?}");
+    if expected == "skip" {
+        assert_eq!(
+            step,
+            Step::Skip("no surge: a rollout of Deployment d is in progress".into())
+        );
+    }
+    // The surge's own change of the generation is never waited for.
+    let own = DeploymentFacts {
+        max_surge: 2,
+        observed_generation: 3,
+        ..surged(3, &["a"], 3)
+    };
+    assert_eq!(kind(&on_activation(&own, "d", &pod("p"), active)), "join");
+}
+
+fn request_activated(at: Option<&str>) -> EvictionRequest {
+    let mut r = EvictionRequest::new("uid", EvictionRequestSpec::default());
+    r.status = Some(EvictionRequestStatus {
+        interceptors: vec![InterceptorStatus {
+            name: "deployment.apps.k8s.io".into(),
+            activation_time: at.map(|t| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().expect("time"))
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    r
+}
+
+#[rstest]
+#[case::ten_seconds(Some("2026-11-26T10:00:00Z"), 10)]
+#[case::not_recorded(None, 0)]
+#[case::clocks_disagree(Some("2026-11-26T10:00:30Z"), 0)]
+fn active_for_rows(#[case] activated: Option<&str>, #[case] seconds: u64) {
+    let now: Timestamp = "2026-11-26T10:00:10Z".parse().expect("now");
+    assert_eq!(
+        active_for(&request_activated(activated), "deployment.apps.k8s.io", now),
+        Duration::from_secs(seconds)
+    );
+    assert_eq!(
+        active_for(&request_activated(activated), "other.example.com", now),
+        Duration::ZERO
+    );
 }

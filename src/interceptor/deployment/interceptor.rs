@@ -12,7 +12,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::{Step, on_activation};
+use super::decide::{Step, active_for, on_activation};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
@@ -180,7 +180,8 @@ impl DeploymentInterceptor {
                 )));
             };
             let facts = DeploymentFacts::read(&d, self.autoscaler_of(&ns, &name).await?);
-            let written = match on_activation(&facts, &name, &target) {
+            let active = active_for(request, NAME, Timestamp::now());
+            let written = match on_activation(&facts, &name, &target, active) {
                 Step::Skip(message) => {
                     count("skipped");
                     return Ok(Progress::complete(message));

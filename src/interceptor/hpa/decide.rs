@@ -3,9 +3,11 @@
 //! are gone or their requests ended ([`settle`]). A user's change of the limits is found by
 //! [`taken_over`] in both.
 
+use std::time::Duration;
+
 use super::record::{AutoscalerFacts, HpaSurgeRecord, Limits};
 use super::workload::WorkloadFacts;
-use crate::interceptor::deployment::decide::Fate;
+use crate::interceptor::deployment::decide::{Fate, unobserved};
 use crate::interceptor::deployment::surge::{Strategy, SurgedPod};
 
 /// One write of an autoscaler: its limits `from` → `to` and the record (`None`: removed).
@@ -98,15 +100,18 @@ fn stored(r: HpaSurgeRecord) -> Option<HpaSurgeRecord> {
     (!r.is_empty()).then_some(r)
 }
 
-/// Why the workload cannot surge now, if it cannot (the message completes the request).
-/// `own_surge`: the record already covers pods (the autoscaler's own scaling bumped the
-/// Deployment's generation, which is no rollout).
+/// Why the workload cannot surge now, if it cannot: a `Skip` whose message completes the
+/// request, or a `Wait` while a Deployment's latest generation is not observed yet
+/// ([`unobserved`]: the autoscaler scaling it back after a surge bumps it too). `own_surge`: the
+/// record already covers pods (the autoscaler's own scaling bumped the Deployment's generation,
+/// which is no rollout).
 fn ineligible(
     h: &AutoscalerFacts,
     w: &WorkloadFacts,
     own_surge: bool,
     base: i32,
-) -> Option<String> {
+    active_for: Duration,
+) -> Option<Step> {
     let name = &h.autoscaler.name;
     let workload = &w.workload;
     let why = if w.replicas == 0 {
@@ -118,6 +123,8 @@ fn ineligible(
             format!("{workload} is paused")
         } else if f.strategy == Strategy::Recreate {
             format!("{workload} uses the Recreate strategy, which never runs extra pods")
+        } else if let Some(wait) = unobserved(f, &workload.to_string(), own_surge, active_for) {
+            return Some(Step::Wait(wait));
         } else if f.updated_replicas < f.status_replicas
             || (!own_surge && f.observed_generation < f.generation)
         {
@@ -132,7 +139,7 @@ fn ineligible(
     } else {
         return None;
     };
-    Some(format!("no surge: {why}"))
+    Some(Step::Skip(format!("no surge: {why}")))
 }
 
 /// How many pods of the workload may surge together: a Deployment's `maxSurge` at `base`
@@ -141,9 +148,14 @@ fn room(w: &WorkloadFacts, base: i32) -> i32 {
     w.deployment.as_ref().map_or(1, |d| d.surge_at(base).0)
 }
 
-/// The step for pod `pod`, whose request made this interceptor active; `h` is the autoscaler
-/// of its workload `w`.
-pub fn on_activation(h: &AutoscalerFacts, w: &WorkloadFacts, pod: &SurgedPod) -> Step {
+/// The step for pod `pod`, whose request made this interceptor active `active_for` ago; `h` is
+/// the autoscaler of its workload `w`.
+pub fn on_activation(
+    h: &AutoscalerFacts,
+    w: &WorkloadFacts,
+    pod: &SurgedPod,
+    active_for: Duration,
+) -> Step {
     let name = &h.autoscaler.name;
     let workload = &w.workload;
     let record = match &h.record {
@@ -219,8 +231,8 @@ pub fn on_activation(h: &AutoscalerFacts, w: &WorkloadFacts, pod: &SurgedPod) ->
                     ..HpaSurgeRecord::start(h.limits, w.replicas)
                 },
             };
-            if let Some(why) = ineligible(h, w, own_surge, r.base) {
-                return Step::Skip(why);
+            if let Some(step) = ineligible(h, w, own_surge, r.base, active_for) {
+                return step;
             }
             let room = room(w, r.base);
             let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);

@@ -23,6 +23,7 @@ use super::target::{
 use super::workload::WorkloadFacts;
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
+use crate::interceptor::deployment::decide::active_for;
 use crate::interceptor::deployment::surge::SurgedPod;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
@@ -269,7 +270,12 @@ impl HpaInterceptor {
                     ));
                 }
             };
-            let (reason, write, note, progress) = match on_activation(h, &workload, &target) {
+            let (reason, write, note, progress) = match on_activation(
+                h,
+                &workload,
+                &target,
+                active_for(request, NAME, Timestamp::now()),
+            ) {
                 Step::Skip(message) => return skip(message),
                 Step::Wait(message) => return Ok(Progress::in_progress(message)),
                 Step::Ready(message) => {

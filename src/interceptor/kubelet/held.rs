@@ -155,7 +155,7 @@ impl Conflict {
         }
     }
 
-    /// What happened and how to resolve it, for the event, the log and the README.
+    /// What happened and how to resolve it, for the event, the log and the book.
     pub fn describe(&self, file: &str) -> String {
         let held = format!("{HELD_DIR}/{MANIFESTS_DIR}/{file}");
         let record = format!("{HELD_DIR}/{RECORDS_DIR}/{file}{RECORD_SUFFIX}");
