@@ -687,7 +687,21 @@ async fn surge_as_the_chart_account(client: &kube::Client, ns: &str) {
         (d.spec.replicas == Some(2)).then_some(d.metadata.generation?)
     })
     .await;
-    // The "deployment controller": the surge pod is available.
+    // The "deployment controller" and the "kubelet": the surge pod runs, Ready, and the
+    // Deployment's status counts it (the interceptor checks the pods as well as the status).
+    let mut surge = pod("web-1-b").label("app", "web").build();
+    surge.metadata.owner_references = web.metadata.owner_references.clone();
+    pods.create(&PostParams::default(), &surge)
+        .await
+        .expect("create the surge pod");
+    pods.patch_status(
+        "web-1-b",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .expect("the surge pod Ready");
     deployments
         .patch_status(
             "web",

@@ -191,6 +191,38 @@ pub fn on_activation(
     }
 }
 
+/// A pod of a surged Deployment as [`confirmed`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodReadiness {
+    /// The pod's UID.
+    pub uid: String,
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+    /// It has a `deletionTimestamp`.
+    pub terminating: bool,
+}
+
+/// Whether the pods themselves bear out a `Ready` step: at least `base` pods the surge does not
+/// cover are ready and not terminating, so the covered pods may all go. A Deployment's
+/// `availableReplicas` comes from its ReplicaSets' status, which can still count a replacement
+/// the ReplicaSet is deleting after `spec.replicas` went down (the settler putting the Deployment
+/// back after an earlier pod); the pods cannot. `Err` says what is missing.
+pub fn confirmed(record: &SurgeRecord, pods: &[PodReadiness]) -> Result<(), String> {
+    let ready = pods
+        .iter()
+        .filter(|p| p.ready && !p.terminating && !record.covers(&p.uid))
+        .count();
+    let ready = i32::try_from(ready).unwrap_or(i32::MAX);
+    if ready >= record.base {
+        Ok(())
+    } else {
+        Err(format!(
+            "{ready} of its pods the surge does not cover are ready, {} are wanted before the pod goes",
+            record.base
+        ))
+    }
+}
+
 /// What became of a pod a surge covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {

@@ -219,3 +219,29 @@ fn active_for_rows(#[case] activated: Option<&str>, #[case] seconds: u64) {
         Duration::ZERO
     );
 }
+
+fn readiness(uid: &str, ready: bool, terminating: bool) -> PodReadiness {
+    PodReadiness {
+        uid: uid.into(),
+        ready,
+        terminating,
+    }
+}
+
+#[rstest]
+// Base 3, pod p covered: the three others are ready.
+#[case::enough_without_the_covered(&[("p", true, false), ("a", true, false), ("b", true, false), ("c", true, false)], true)]
+// The replacement is not ready yet (the status still counted a deleted one).
+#[case::replacement_not_ready(&[("p", true, false), ("a", true, false), ("b", true, false), ("c", false, false)], false)]
+// A ready pod being deleted does not count.
+#[case::terminating_does_not_count(&[("p", true, false), ("a", true, false), ("b", true, false), ("c", true, true)], false)]
+// The covered pod itself never counts.
+#[case::covered_does_not_count(&[("p", true, false), ("a", true, false), ("b", true, false)], false)]
+fn confirmed_rows(#[case] pods: &[(&str, bool, bool)], #[case] ok: bool) {
+    let pods: Vec<PodReadiness> = pods.iter().map(|(u, r, t)| readiness(u, *r, *t)).collect();
+    let result = confirmed(&record(3, &["p"]), &pods);
+    assert_eq!(result.is_ok(), ok, "{result:?}");
+    if let Err(why) = result {
+        assert!(why.ends_with("3 are wanted before the pod goes"), "{why}");
+    }
+}

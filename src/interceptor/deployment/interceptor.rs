@@ -12,13 +12,14 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::{Step, active_for, on_activation};
+use super::decide::{PodReadiness, Step, active_for, confirmed, on_activation};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
+use crate::selector::label_selector_matches;
 
 /// How often one look at a request retries after a concurrent Deployment write.
 const CONFLICT_RETRIES: usize = 5;
@@ -155,6 +156,38 @@ impl DeploymentInterceptor {
         }))
     }
 
+    /// The readiness of the Deployment's pods (its selector), read from the API.
+    async fn readiness(&self, d: &Deployment) -> Result<Vec<PodReadiness>, Error> {
+        let ns = d.namespace().unwrap_or_default();
+        let selector = d.spec.selector.clone();
+        let by_labels = selector
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let list = pods
+            .list(&ListParams::default().labels(&by_labels))
+            .await
+            .map_err(|e| Error::Read(format!("pods of Deployment {}", d.name_any()), e))?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|p| label_selector_matches(&selector, p.labels()))
+            .map(|p| PodReadiness {
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                ready: p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+                terminating: p.metadata.deletion_timestamp.is_some(),
+            })
+            .collect())
+    }
+
     async fn step(&self, request: &EvictionRequest, pod: &Pod) -> Result<Progress, Error> {
         let ns = pod.namespace().unwrap_or_default();
         let name = match self.deployment_of(&ns, pod).await? {
@@ -188,6 +221,13 @@ impl DeploymentInterceptor {
                 }
                 Step::Wait(message) => return Ok(Progress::in_progress(message)),
                 Step::Ready(message) => {
+                    if let Ok(Some(record)) = &facts.record
+                        && let Err(why) = confirmed(record, &self.readiness(&d).await?)
+                    {
+                        return Ok(Progress::in_progress(format!(
+                            "surged Deployment {name}; waiting: {why}"
+                        )));
+                    }
                     observe_time_to_available(request);
                     return Ok(Progress::complete(message));
                 }
