@@ -800,7 +800,22 @@ async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
         (h.spec.min_replicas == Some(2)).then_some(())
     })
     .await;
-    // The "autoscaler" scales the Deployment, the "deployment controller" makes it available.
+    // The "autoscaler" scales the Deployment, the "deployment controller" and the "kubelet"
+    // start a Ready pod and make it available (the interceptor checks the pods as well as the
+    // status).
+    let mut surge = pod("api-1-b").label("app", "api").build();
+    surge.metadata.owner_references = api_pod.metadata.owner_references.clone();
+    pods.create(&PostParams::default(), &surge)
+        .await
+        .expect("create the surge pod");
+    pods.patch_status(
+        "api-1-b",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}})),
+    )
+    .await
+    .expect("the surge pod Ready");
     let d = deployments
         .patch(
             "api",

@@ -36,7 +36,7 @@
 //! | `EVICTORD_BENCH_POOL_NODE_TIMEOUT` | `120` | `kubectl drain --timeout` of each call, seconds |
 //! | `EVICTORD_BENCH_POOL_START_DELAY` | `2` | seconds from binding to Running and Ready (played kubelet) |
 //! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
-//! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
+//! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io,horizontalpodautoscaler.autoscaling.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
 //! | `EVICTORD_BENCH_POOL_EVICTORD_FLAGS` | empty (the shipped defaults) | extra `evictord serve` flags of the pool part, space-separated |
 
 use std::collections::BTreeSet;

@@ -129,6 +129,15 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             term.clone(),
         )));
     }
+    // One HorizontalPodAutoscaler cache for the Deployment and HPA interceptors.
+    let (autoscaling, autoscalers) = if args.deployment_interceptor || args.hpa_interceptor {
+        let version = crate::interceptor::hpa::discover_version(&client).await;
+        let cache =
+            crate::interceptor::autoscalers::Autoscalers::start(&client, version, term.clone());
+        (version, cache)
+    } else {
+        (None, crate::interceptor::autoscalers::Autoscalers::none())
+    };
     if args.deployment_interceptor {
         let settings = crate::interceptor::Settings {
             min_heartbeat_interval: args.rules.min_heartbeat_interval,
@@ -139,6 +148,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         tasks.push(tokio::spawn(crate::interceptor::deployment::run(
             client.clone(),
             settings,
+            autoscalers.clone(),
             term.clone(),
         )));
     }
@@ -165,6 +175,8 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         tasks.push(tokio::spawn(crate::interceptor::hpa::run(
             client.clone(),
             settings,
+            autoscaling,
+            autoscalers,
             term.clone(),
         )));
     }

@@ -4,6 +4,7 @@
 //! ([`daemonset`]), `horizontalpodautoscaler.autoscaling.k8s.io` ([`hpa`]) and `kubelet.k8s.io`
 //! ([`kubelet`], served by the node agent).
 
+pub mod autoscalers;
 pub mod daemonset;
 pub mod deployment;
 pub mod hpa;

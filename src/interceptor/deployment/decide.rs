@@ -202,23 +202,47 @@ pub struct PodReadiness {
     pub terminating: bool,
 }
 
-/// Whether the pods themselves bear out a `Ready` step: at least `base` pods the surge does not
-/// cover are ready and not terminating, so the covered pods may all go. A Deployment's
+impl PodReadiness {
+    /// How `pod` looks to [`confirmed`].
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> Self {
+        Self {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ready: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+/// Whether the pods themselves bear out a `Ready` step: at least `record.base` pods the surge
+/// does not cover are ready and not terminating, so the covered pods may all go. A Deployment's
 /// `availableReplicas` comes from its ReplicaSets' status, which can still count a replacement
 /// the ReplicaSet is deleting after `spec.replicas` went down (the settler putting the Deployment
 /// back after an earlier pod); the pods cannot. `Err` says what is missing.
 pub fn confirmed(record: &SurgeRecord, pods: &[PodReadiness]) -> Result<(), String> {
+    confirmed_over(record.base, |uid| record.covers(uid), pods)
+}
+
+/// [`confirmed`] for any surge (shared with the HorizontalPodAutoscaler interceptor): at least
+/// `base` of `pods` that `covers` does not cover are ready and not terminating.
+pub fn confirmed_over(
+    base: i32,
+    covers: impl Fn(&str) -> bool,
+    pods: &[PodReadiness],
+) -> Result<(), String> {
     let ready = pods
         .iter()
-        .filter(|p| p.ready && !p.terminating && !record.covers(&p.uid))
+        .filter(|p| p.ready && !p.terminating && !covers(&p.uid))
         .count();
     let ready = i32::try_from(ready).unwrap_or(i32::MAX);
-    if ready >= record.base {
+    if ready >= base {
         Ok(())
     } else {
         Err(format!(
-            "{ready} of its pods the surge does not cover are ready, {} are wanted before the pod goes",
-            record.base
+            "{ready} of its pods the surge does not cover are ready, {base} are wanted before the pod goes"
         ))
     }
 }

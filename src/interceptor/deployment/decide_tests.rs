@@ -245,3 +245,30 @@ fn confirmed_rows(#[case] pods: &[(&str, bool, bool)], #[case] ok: bool) {
         assert!(why.ends_with("3 are wanted before the pod goes"), "{why}");
     }
 }
+
+#[rstest]
+#[case::ready(serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}), true, false)]
+#[case::not_ready(serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}), false, false)]
+#[case::other_condition_only(serde_json::json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}), false, false)]
+#[case::no_status(serde_json::json!({}), false, false)]
+#[case::terminating(serde_json::json!({"metadata": {"deletionTimestamp": "2026-11-26T00:00:00Z"},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}), true, true)]
+fn pod_readiness_rows(
+    #[case] mut pod: serde_json::Value,
+    #[case] ready: bool,
+    #[case] terminating: bool,
+) {
+    pod["metadata"]["uid"] = "u".into();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).unwrap();
+    assert_eq!(PodReadiness::of(&pod), readiness("u", ready, terminating));
+}
+
+/// The HPA interceptor's form: any base, any cover.
+#[rstest]
+#[case::base_two_met(2, &[("p", true, false), ("a", true, false), ("b", true, false)], true)]
+#[case::base_two_short(2, &[("p", true, false), ("a", true, false), ("b", false, false)], false)]
+#[case::base_zero(0, &[], true)]
+fn confirmed_over_rows(#[case] base: i32, #[case] pods: &[(&str, bool, bool)], #[case] ok: bool) {
+    let pods: Vec<PodReadiness> = pods.iter().map(|(u, r, t)| readiness(u, *r, *t)).collect();
+    assert_eq!(confirmed_over(base, |uid| uid == "p", &pods).is_ok(), ok);
+}

@@ -16,6 +16,7 @@ use super::decide::{PodReadiness, Step, active_for, confirmed, on_activation};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
+use crate::interceptor::autoscalers::{Autoscalers, scaling};
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
@@ -28,6 +29,7 @@ const CONFLICT_RETRIES: usize = 5;
 pub struct DeploymentInterceptor {
     client: Client,
     recorder: Recorder,
+    autoscalers: Autoscalers,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -106,11 +108,13 @@ fn controller_of(owners: Option<&Vec<OwnerReference>>) -> Option<&OwnerReference
 }
 
 impl DeploymentInterceptor {
-    /// The interceptor, writing with `client`.
-    pub fn new(client: Client) -> Self {
+    /// The interceptor, writing with `client`, finding autoscalers in `autoscalers` (a LIST
+    /// while that cache has not synced).
+    pub fn new(client: Client, autoscalers: Autoscalers) -> Self {
         Self {
             recorder: recorder(&client),
             client,
+            autoscalers,
         }
     }
 
@@ -143,8 +147,16 @@ impl DeploymentInterceptor {
         }
     }
 
-    /// The HorizontalPodAutoscaler targeting Deployment `name`, if any.
+    /// The HorizontalPodAutoscaler targeting Deployment `name`, if any: from the shared cache,
+    /// or a LIST of the namespace's autoscalers while it has not synced.
     async fn autoscaler_of(&self, ns: &str, name: &str) -> Result<Option<String>, Error> {
+        if let Some(cached) = self.autoscalers.in_namespace(ns) {
+            return Ok(scaling(
+                cached.iter().map(AsRef::as_ref),
+                "Deployment",
+                name,
+            ));
+        }
         let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), ns);
         let list = hpas
             .list(&ListParams::default())
@@ -176,15 +188,7 @@ impl DeploymentInterceptor {
             .items
             .iter()
             .filter(|p| label_selector_matches(&selector, p.labels()))
-            .map(|p| PodReadiness {
-                uid: p.metadata.uid.clone().unwrap_or_default(),
-                ready: p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-                terminating: p.metadata.deletion_timestamp.is_some(),
-            })
+            .map(PodReadiness::of)
             .collect())
     }
 

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use interceptor::DeploymentInterceptor;
 pub(crate) use settler::fate;
 
+use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::{Runner, Settings};
 
 /// The interceptor's name, as pods declare it.
@@ -46,8 +47,14 @@ pub enum Error {
 }
 
 /// Runs the interceptor (on active requests) and the settler (on surged Deployments) until
-/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`].
-pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken) {
+/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`];
+/// `autoscalers` is the shared HorizontalPodAutoscaler cache.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    autoscalers: Autoscalers,
+    shutdown: CancellationToken,
+) {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
@@ -55,9 +62,10 @@ pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken
     let runner = Runner::new(client.clone(), settings);
     let token = shutdown.clone();
     tokio::join!(
-        runner.run(DeploymentInterceptor::new(client.clone()), async move {
-            token.cancelled().await
-        }),
+        runner.run(
+            DeploymentInterceptor::new(client.clone(), autoscalers),
+            async move { token.cancelled().await }
+        ),
         settler::run(client, shutdown),
     );
 }

@@ -23,7 +23,8 @@ use super::target::{
 use super::workload::WorkloadFacts;
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
-use crate::interceptor::deployment::decide::active_for;
+use crate::interceptor::autoscalers::Autoscalers;
+use crate::interceptor::deployment::decide::{PodReadiness, active_for, confirmed_over};
 use crate::interceptor::deployment::surge::SurgedPod;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
@@ -40,6 +41,8 @@ pub struct HpaInterceptor {
     autoscalers: Option<ApiResource>,
     /// The resources of scale targets found by discovery (`apiVersion/kind` → resource).
     targets: Mutex<HashMap<String, ApiResource>>,
+    /// The shared autoscaler cache (a LIST while it has not synced).
+    cache: Autoscalers,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -114,12 +117,13 @@ fn unreadable(e: &kube::Error) -> Option<String> {
 
 impl HpaInterceptor {
     /// The interceptor, writing with `client`, reading autoscalers in `autoscaling/{version}`
-    /// (`None`: the server serves none).
-    pub fn new(client: Client, version: Option<&str>) -> Self {
+    /// (`None`: the server serves none), first from `cache`.
+    pub fn new(client: Client, version: Option<&str>, cache: Autoscalers) -> Self {
         Self {
             recorder: recorder(&client),
             autoscalers: version.map(discovery::autoscaler_resource),
             targets: Mutex::new(HashMap::new()),
+            cache,
             client,
         }
     }
@@ -171,12 +175,24 @@ impl HpaInterceptor {
         }
     }
 
-    /// The facts of an autoscaler's target; `Err` says why they cannot be read.
+    /// The readiness of the pods of label selector `selector` (a scale subresource's
+    /// `status.selector`), read from the API.
+    async fn readiness(&self, ns: &str, selector: &str) -> Result<Vec<PodReadiness>, Error> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| Error::Read(format!("pods of selector {selector}"), e))?;
+        Ok(list.items.iter().map(PodReadiness::of).collect())
+    }
+
+    /// The facts of an autoscaler's target, and the label selector of its pods from its scale
+    /// subresource (when it says); `Err` says why they cannot be read.
     async fn workload(
         &self,
         ns: &str,
         target: &Workload,
-    ) -> Result<Result<WorkloadFacts, String>, Error> {
+    ) -> Result<Result<(WorkloadFacts, Option<String>), String>, Error> {
         let resource = match self.resource_of(target).await? {
             Ok(r) => r,
             Err(why) => return Ok(Err(why)),
@@ -202,8 +218,12 @@ impl HpaInterceptor {
             }
         };
         let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+        let selector = scale
+            .status
+            .and_then(|s| s.selector)
+            .filter(|s| !s.is_empty());
         let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-        Ok(WorkloadFacts::read(target, replicas, &value))
+        Ok(WorkloadFacts::read(target, replicas, &value).map(|w| (w, selector)))
     }
 
     async fn step(
@@ -229,13 +249,18 @@ impl HpaInterceptor {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
         };
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, resource);
-        for _ in 0..CONFLICT_RETRIES {
-            let list = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| Error::Read("HorizontalPodAutoscalers".into(), e))?;
-            let facts: Vec<AutoscalerFacts> =
-                list.items.iter().map(AutoscalerFacts::read).collect();
+        for attempt in 0..CONFLICT_RETRIES {
+            // The shared cache first; after a conflict (a cached copy behind a write) the API.
+            let items: Vec<DynamicObject> = match self.cache.in_namespace(&ns) {
+                Some(cached) if attempt == 0 => cached.iter().map(|h| (**h).clone()).collect(),
+                _ => {
+                    api.list(&ListParams::default())
+                        .await
+                        .map_err(|e| Error::Read("HorizontalPodAutoscalers".into(), e))?
+                        .items
+                }
+            };
+            let facts: Vec<AutoscalerFacts> = items.iter().map(AutoscalerFacts::read).collect();
             let refs: Vec<Autoscaler> = facts.iter().map(|f| f.autoscaler.clone()).collect();
             let index = match autoscaler_for(&chain, &refs) {
                 Scaled::No => {
@@ -259,9 +284,9 @@ impl HpaInterceptor {
                     .position(|r| r.name == autoscaler.name)
                     .unwrap_or_default(),
             };
-            let (h, hpa) = (&facts[index], &list.items[index]);
+            let (h, hpa) = (&facts[index], &items[index]);
             let name = &h.autoscaler.name;
-            let workload = match self.workload(&ns, &h.autoscaler.target).await? {
+            let (workload, selector) = match self.workload(&ns, &h.autoscaler.target).await? {
                 Ok(w) => w,
                 Err(why) => {
                     return skip(format!(
@@ -279,6 +304,17 @@ impl HpaInterceptor {
                 Step::Skip(message) => return skip(message),
                 Step::Wait(message) => return Ok(Progress::in_progress(message)),
                 Step::Ready(message) => {
+                    if let (Ok(Some(record)), Some(selector)) = (&h.record, &selector)
+                        && let Err(why) = confirmed_over(
+                            record.base,
+                            |uid| record.covers(uid),
+                            &self.readiness(&ns, selector).await?,
+                        )
+                    {
+                        return Ok(Progress::in_progress(format!(
+                            "raised HorizontalPodAutoscaler {name}; waiting: {why}"
+                        )));
+                    }
                     observe_time_to_available(request);
                     return Ok(Progress::complete(message));
                 }

@@ -35,6 +35,7 @@ use tracing::{info, warn};
 
 pub use interceptor::HpaInterceptor;
 
+use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::{Runner, Settings};
 
 /// The interceptor's name, as pods declare it.
@@ -83,12 +84,17 @@ pub async fn discover_version(client: &Client) -> Option<&'static str> {
 
 /// Runs the interceptor (on active requests) and the settler (on raised autoscalers) until
 /// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`].
-pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    version: Option<&'static str>,
+    autoscalers: Autoscalers,
+    shutdown: CancellationToken,
+) {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
-    let version = discover_version(&client).await;
     match version {
         Some(v) => info!("HorizontalPodAutoscalers in autoscaling/{v}"),
         None => warn!(
@@ -97,7 +103,7 @@ pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken
     }
     let runner = Runner::new(client.clone(), settings);
     let token = shutdown.clone();
-    let interceptor = HpaInterceptor::new(client.clone(), version);
+    let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers);
     match version {
         Some(v) => {
             tokio::join!(

@@ -20,9 +20,9 @@ pub const DEPLOYMENT: &str = "deployment.apps.k8s.io";
 /// The HorizontalPodAutoscaler interceptor (SPEC 5.4).
 pub const HPA: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
 
-/// The interceptors the `evictord serve` of this tree runs. A row's interceptor missing here is
-/// left out of its pods' annotation.
-pub const SERVED: &[&str] = &[DEPLOYMENT];
+/// The interceptors the `evictord serve` of this tree runs (both are on by default). A row's
+/// interceptor missing here is left out of its pods' annotation.
+pub const SERVED: &[&str] = &[DEPLOYMENT, HPA];
 
 /// What a row creates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
