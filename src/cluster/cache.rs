@@ -20,6 +20,7 @@ use tokio::sync::{broadcast, watch};
 use tracing::{debug, warn};
 
 use super::CachedPod;
+use super::budget::Budgets;
 use crate::api::{
     EvictionInterceptor, EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION,
     NODE_AGENT_ANNOTATION, NodeMaintenance, Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
@@ -93,6 +94,9 @@ pub struct Caches {
     pub eviction_requests: Watched<EvictionRequest>,
     /// EvictionInterceptors (SPEC 5.5); `None` when registration is off.
     pub eviction_interceptors: Option<Watched<EvictionInterceptor>>,
+    /// PodDisruptionBudgets (not part of [`Caches::synced`]: until they are, a refused eviction
+    /// waits out its backoff).
+    pub budgets: Arc<Budgets>,
     synced: watch::Sender<bool>,
     interceptors_synced: watch::Sender<bool>,
 }
@@ -114,6 +118,7 @@ impl Caches {
             eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
             eviction_interceptors: interceptors
                 .then(|| spawn_watch(Api::all(client.clone()), trim_meta)),
+            budgets: Budgets::start(client),
             synced: watch::channel(false).0,
             interceptors_synced: watch::channel(false).0,
         });

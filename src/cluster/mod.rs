@@ -3,6 +3,7 @@
 //! and decisions consult.
 
 mod authz;
+pub mod budget;
 mod cache;
 pub mod identity;
 mod live;
@@ -10,6 +11,7 @@ mod pod;
 mod view;
 
 pub use authz::Authorizer;
+pub use budget::{Allowance, Budget, Budgets, allowance, blocking_budgets};
 pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, RegistrationView, prepare};
 pub(crate) use pod::pod_resource;

@@ -6,68 +6,17 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 
 use crate::api::{
     CONDITION_CANCELED, CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR,
     NodeMaintenance, PodType,
 };
-use crate::cluster::{CachedPod, pod_type};
-use crate::controller::eviction_request::backoff::next_attempt_at;
+pub use crate::cluster::{Budget, blocking_budgets};
+use crate::cluster::{CachedPod, allowance, pod_type};
+use crate::controller::eviction_request::backoff::retry_at;
 use crate::controller::eviction_request::decision::DecideSettings;
 use crate::drain::Stay;
-use crate::selector::label_selector_matches;
-
-/// A PodDisruptionBudget, reduced to what the words need.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Budget {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// `spec.selector` (`None` selects nothing, as in policy/v1).
-    #[serde(skip)]
-    pub selector: Option<LabelSelector>,
-    /// `status.disruptionsAllowed` (0 when the disruption controller has not written it).
-    pub disruptions_allowed: i32,
-}
-
-impl Budget {
-    /// Reads the fields from a policy/v1 or policy/v1beta1 PodDisruptionBudget as JSON.
-    pub fn from_json(namespace: &str, v: &serde_json::Value) -> Self {
-        Budget {
-            namespace: namespace.to_string(),
-            name: v["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            selector: serde_json::from_value(v["spec"]["selector"].clone()).ok(),
-            disruptions_allowed: v["status"]["disruptionsAllowed"]
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-                .unwrap_or(0),
-        }
-    }
-
-    /// True when the budget selects the pod.
-    pub fn selects(&self, pod: &CachedPod) -> bool {
-        self.namespace == pod.namespace()
-            && self
-                .selector
-                .as_ref()
-                .is_some_and(|s| label_selector_matches(s, &pod.labels()))
-    }
-}
-
-/// The budgets that refuse any disruption of the pod right now.
-pub fn blocking_budgets<'a>(pod: &CachedPod, budgets: &'a [Budget]) -> Vec<&'a Budget> {
-    budgets
-        .iter()
-        .filter(|b| b.disruptions_allowed <= 0 && b.selects(pod))
-        .collect()
-}
 
 /// Why a pod is still there. `key` changes when the situation changes (plain output prints a line
 /// then); `text` may also carry clocks that move every second.
@@ -154,7 +103,12 @@ fn imperative(pod: &CachedPod, r: &EvictionRequest, budgets: &[Budget], now: Tim
         return Holdup::stable("being evicted through the Eviction API".into());
     }
     let settings = DecideSettings::default();
-    let next = match next_attempt_at(&status, settings.backoff_base, settings.backoff_cap) {
+    let next = match retry_at(
+        &status,
+        settings.backoff_base,
+        settings.backoff_cap,
+        allowance(pod, budgets),
+    ) {
         Some(at) if at > now => format!("next in {}", human(since(now, at))),
         _ => "next attempt due".into(),
     };
@@ -246,6 +200,7 @@ mod tests {
     fn web_budget(allowed: i32) -> Budget {
         Budget::from_json(
             "ns",
+            "v1",
             &serde_json::json!({
                 "metadata": {"name": "web"},
                 "spec": {"selector": {"matchLabels": {"app": "web"}}},

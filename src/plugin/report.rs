@@ -250,10 +250,12 @@ mod tests {
         let budgets = [
             Budget::from_json(
                 "ns",
+                "v1",
                 &serde_json::json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}}),
             ),
             Budget::from_json(
                 "ns",
+                "v1",
                 &serde_json::json!({"metadata": {"name": "free"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 1}}),
             ),
         ];

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use evictord::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
 use evictord::cluster::CachedPod;
+use evictord::cluster::budget::budget_resource;
 use evictord::interceptor::hpa;
 use evictord::interceptor::hpa::record::AutoscalerFacts;
 use evictord::interceptor::hpa::target::controller_of;
@@ -133,16 +134,6 @@ pub async fn requests(client: &Client) -> Result<Vec<EvictionRequest>> {
     Ok(list.items)
 }
 
-fn pdb_resource(version: &str) -> ApiResource {
-    ApiResource {
-        group: "policy".into(),
-        version: version.into(),
-        api_version: format!("policy/{version}"),
-        kind: "PodDisruptionBudget".into(),
-        plural: "poddisruptionbudgets".into(),
-    }
-}
-
 /// The PodDisruptionBudgets of the pods' namespaces (policy/v1, else policy/v1beta1 on servers
 /// before 1.21).
 pub async fn budgets(client: &Client, pods: &[CachedPod]) -> Result<Vec<Budget>> {
@@ -152,10 +143,10 @@ pub async fn budgets(client: &Client, pods: &[CachedPod]) -> Result<Vec<Budget>>
         let mut list = None;
         for version in ["v1", "v1beta1"] {
             let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), ns, &pdb_resource(version));
+                Api::namespaced_with(client.clone(), ns, &budget_resource(version));
             match api.list(&ListParams::default()).await {
                 Ok(l) => {
-                    list = Some(l);
+                    list = Some((version, l));
                     break;
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => continue,
@@ -167,9 +158,11 @@ pub async fn budgets(client: &Client, pods: &[CachedPod]) -> Result<Vec<Budget>>
                 }
             }
         }
-        for pdb in list.into_iter().flat_map(|l| l.items) {
-            let v = serde_json::to_value(&pdb).unwrap_or_default();
-            out.push(Budget::from_json(ns, &v));
+        if let Some((version, l)) = list {
+            for pdb in l.items {
+                let v = serde_json::to_value(&pdb).unwrap_or_default();
+                out.push(Budget::from_json(ns, version, &v));
+            }
         }
     }
     Ok(out)

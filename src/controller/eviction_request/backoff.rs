@@ -1,6 +1,8 @@
 //! The retry schedule of failed Eviction API calls: exponential, from `base` doubling to `cap`
 //! (SPEC 2.3 step 8). It is derived from `podEvictionStatus` (the failure counter and the time
 //! of the last failure), not from memory, so a restarted controller resumes it where it was.
+//! [`retry_at`] cuts it short while the PodDisruptionBudgets selecting the pod allow a
+//! disruption (the controller is woken when they change).
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use jiff::Timestamp;
 
 use super::deadline::add;
 use crate::api::EvictionRequestStatus;
+use crate::cluster::Allowance;
 
 /// The wait after the `counter`-th consecutive failure: 0 before any failure, then `base`,
 /// `2·base`, `4·base`... never more than `cap`.
@@ -36,6 +39,33 @@ pub fn next_attempt_at(
         last.0,
         backoff(eviction.failed_api_eviction_counter, base, cap),
     ))
+}
+
+/// How long a refused eviction waits at most while every PodDisruptionBudget selecting the pod
+/// allows a disruption (`kubectl drain` retries every 5 s whatever the budgets say).
+pub const ALLOWED_RETRY: Duration = Duration::from_secs(2);
+
+/// [`next_attempt_at`], knowing what the PodDisruptionBudgets selecting the pod say: while they
+/// all allow a disruption (and one does select it), the wait after the last failure is at most
+/// [`ALLOWED_RETRY`] (at least `base`, at most `cap`) instead of the whole backoff, which after
+/// a few refusals grows to minutes: the pod goes as soon as its budget lets it, as a drain
+/// expects. With no budget, a refusing one or an unknown answer, the backoff stands.
+pub fn retry_at(
+    status: &EvictionRequestStatus,
+    base: Duration,
+    cap: Duration,
+    budgets: Allowance,
+) -> Option<Timestamp> {
+    let at = next_attempt_at(status, base, cap)?;
+    if budgets != Allowance::Allows {
+        return Some(at);
+    }
+    let last = status
+        .pod_eviction_status
+        .as_ref()?
+        .last_failure_time
+        .as_ref()?;
+    Some(at.min(add(last.0, ALLOWED_RETRY.max(base).min(cap))))
 }
 
 #[cfg(test)]
@@ -91,5 +121,77 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(next_attempt_at(&status, BASE, CAP), expected);
+        for budgets in [Allowance::Unknown, Allowance::NoBudget, Allowance::Refuses] {
+            assert_eq!(
+                retry_at(&status, BASE, CAP, budgets),
+                expected,
+                "{budgets:?}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod allowed_tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use rstest::rstest;
+
+    use super::*;
+    use crate::api::PodEvictionStatus;
+    use crate::controller::eviction_request::fixtures::t;
+
+    fn failed(counter: i32, at: i64) -> EvictionRequestStatus {
+        EvictionRequestStatus {
+            pod_eviction_status: Some(PodEvictionStatus {
+                failed_api_eviction_counter: counter,
+                last_failure_time: Some(Time(t(at))),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[rstest]
+    // The eighth refusal: 128 s of backoff, 2 s once the budgets allow.
+    #[case::long_backoff_cut(8, 1, 1000, Allowance::Allows, Some(102))]
+    #[case::long_backoff_kept_when_refusing(8, 1, 1000, Allowance::Refuses, Some(228))]
+    #[case::long_backoff_kept_without_budget(8, 1, 1000, Allowance::NoBudget, Some(228))]
+    #[case::long_backoff_kept_when_unknown(8, 1, 1000, Allowance::Unknown, Some(228))]
+    // The backoff is already shorter: it stands.
+    #[case::first_failure(1, 1, 1000, Allowance::Allows, Some(101))]
+    // A base above the allowed retry: at least the base.
+    #[case::base_above(8, 5, 1000, Allowance::Allows, Some(105))]
+    // A cap below it: at most the cap.
+    #[case::cap_below(8, 1, 1, Allowance::Allows, Some(101))]
+    fn retry_rows(
+        #[case] counter: i32,
+        #[case] base: u64,
+        #[case] cap: u64,
+        #[case] budgets: Allowance,
+        #[case] expected: Option<i64>,
+    ) {
+        let status = failed(counter, 100);
+        assert_eq!(
+            retry_at(
+                &status,
+                Duration::from_secs(base),
+                Duration::from_secs(cap),
+                budgets
+            ),
+            expected.map(t)
+        );
+    }
+
+    #[test]
+    fn never_failed_is_due_now() {
+        let status = EvictionRequestStatus::default();
+        assert_eq!(
+            retry_at(
+                &status,
+                Duration::from_secs(1),
+                Duration::from_secs(1000),
+                Allowance::Allows
+            ),
+            None
+        );
     }
 }

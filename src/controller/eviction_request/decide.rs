@@ -19,7 +19,7 @@ use crate::api::{
     EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorReference, InterceptorStatus,
     KUBELET_INTERCEPTOR, MAX_POD_INTERCEPTORS, PodType, Registration,
 };
-use crate::cluster::{CachedPod, pod_type};
+use crate::cluster::{Allowance, CachedPod, pod_type};
 
 /// Condition reason: the request cannot be carried out (no such pod, pod in a workload).
 pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
@@ -40,6 +40,8 @@ pub struct Surroundings<'a> {
     pub node_agent: bool,
     /// What is known of an interceptor's registration (SPEC 5.5; `Unknown` is never acted on).
     pub registration: &'a dyn Fn(&str) -> Registration,
+    /// What the PodDisruptionBudgets selecting the pod say now (step 8's retry, [`retry_at`]).
+    pub budgets: Allowance,
 }
 
 /// Decides what to do with `request`, given the cached target pod (`None` when the cache has no
@@ -74,6 +76,7 @@ pub fn decide_on_node(
     let surroundings = Surroundings {
         node_agent,
         registration: &|_| Registration::Unknown,
+        budgets: Allowance::Unknown,
     };
     decide_with(request, pod, &surroundings, now, settings)
 }
@@ -92,6 +95,7 @@ pub fn decide_with(
     let mut draft = Draft::new(request, now, settings);
     draft.node_agent = surroundings.node_agent;
     draft.registration = surroundings.registration;
+    draft.budgets = surroundings.budgets;
     // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
     let _ = run_steps(&mut draft, pod);
     draft.finish()

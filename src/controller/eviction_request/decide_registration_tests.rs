@@ -31,6 +31,7 @@ fn run(r: &EvictionRequest, now: i64, mode: RegistrationMode) -> Decision {
     let s = Surroundings {
         node_agent: false,
         registration: &known,
+        budgets: crate::cluster::Allowance::Unknown,
     };
     decide_with(r, Some(&pod("p").build()), &s, t(now), &settings(mode))
 }
@@ -210,6 +211,7 @@ fn completion_and_imperative_unaffected() {
     let s = Surroundings {
         node_agent: false,
         registration: &|_| Registration::NotRegistered,
+        budgets: crate::cluster::Allowance::Unknown,
     };
     let d = decide_with(&r, Some(&pod("p").build()), &s, t(100), &settings(Enforce));
     assert!(d.processed.is_empty(), "{d:?}");

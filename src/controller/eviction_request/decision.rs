@@ -11,6 +11,7 @@ use super::deadline::{until, whole_seconds};
 use crate::api::{
     EvictionRequest, EvictionRequestStatus, InterceptorStatus, Registration, RegistrationMode,
 };
+use crate::cluster::Allowance;
 
 /// Condition reason: the target pod was deleted (set by `decide` when the pod is gone, and by
 /// `after_eviction` when the Eviction API says so).
@@ -230,6 +231,8 @@ pub(crate) struct Draft<'a> {
     pub node_agent: bool,
     /// What is known of each interceptor's registration (SPEC 5.5).
     pub registration: &'a dyn Fn(&str) -> Registration,
+    /// What the PodDisruptionBudgets selecting the pod say now (step 8's retry).
+    pub budgets: Allowance,
 }
 
 impl<'a> Draft<'a> {
@@ -247,6 +250,7 @@ impl<'a> Draft<'a> {
             pod_interceptors: None,
             node_agent: false,
             registration: &|_| Registration::Unknown,
+            budgets: Allowance::Unknown,
         }
     }
 

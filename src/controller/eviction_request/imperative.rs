@@ -26,7 +26,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::backoff::{backoff, next_attempt_at};
+use super::backoff::{backoff, retry_at};
 use super::deadline::{add, imperative_heartbeat_due};
 use super::decision::{
     Action, DecideSettings, Decision, Draft, EventSpec, EventType, EvictionOutcome,
@@ -138,7 +138,12 @@ fn next_step(d: &mut Draft<'_>, pod: &CachedPod) -> Step {
             message: Some(UNSUPPORTED_POD_MESSAGE.to_string()),
         };
     }
-    match next_attempt_at(&d.status, d.settings.backoff_base, d.settings.backoff_cap) {
+    match retry_at(
+        &d.status,
+        d.settings.backoff_base,
+        d.settings.backoff_cap,
+        d.budgets,
+    ) {
         Some(at) if d.now < at => {
             d.requeue_at(at);
             Step::Wait { message: None }

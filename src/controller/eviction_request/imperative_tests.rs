@@ -6,6 +6,7 @@ use std::time::Duration;
 use rstest::rstest;
 
 use super::*;
+use crate::controller::eviction_request::backoff::next_attempt_at;
 use crate::controller::eviction_request::decide;
 use crate::controller::eviction_request::fixtures::{IMP, pod, request, t};
 

@@ -321,6 +321,7 @@ impl Sim {
         let surroundings = Surroundings {
             node_agent: false,
             registration: &registration,
+            budgets: crate::cluster::Allowance::Unknown,
         };
         let d = decide_with(
             &self.request,

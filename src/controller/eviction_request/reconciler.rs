@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action as Requeue, Controller};
@@ -27,7 +27,7 @@ use super::{
     retention, tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
-use crate::cluster::Caches;
+use crate::cluster::{Allowance, Caches};
 use crate::controller::eviction_api::EvictionApi;
 use crate::controller::own_writes::OwnWrites;
 use crate::drain::leaving::has_node_agent;
@@ -102,6 +102,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         .watches_shared_stream(caches.pods.changes(), |pod| {
             Some(ObjectRef::<EvictionRequest>::new(pod.uid()).within(pod.namespace()))
         })
+        .reconcile_on(retries_allowed(caches.clone()))
         .reconcile_all_on(initial)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
@@ -112,6 +113,32 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         })
         .await;
     gauges.abort();
+}
+
+/// The requests whose refused eviction may be retried now: each time a PodDisruptionBudget
+/// changes to allow a disruption, the requests with failed Eviction API calls for pods it selects
+/// (their backoff is cut short, [`super::backoff::retry_at`]).
+fn retries_allowed(caches: Arc<Caches>) -> impl Stream<Item = ObjectRef<EvictionRequest>> + Send {
+    let changes = caches.budgets.changes();
+    changes
+        .filter(|b| std::future::ready(b.allows()))
+        .flat_map(move |budget| {
+            let refs: Vec<ObjectRef<EvictionRequest>> = caches
+                .eviction_requests
+                .all()
+                .into_iter()
+                .filter(|r| r.metadata.namespace.as_deref() == Some(budget.namespace.as_str()))
+                .filter(|r| r.status.as_ref().is_some_and(|s| s.failed_evictions() > 0))
+                .filter(|r| {
+                    caches
+                        .pods
+                        .get(Some(&budget.namespace), &r.spec.target.pod.name)
+                        .is_some_and(|p| budget.selects(&p))
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect();
+            futures::stream::iter(refs)
+        })
 }
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -183,9 +210,22 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         .is_some_and(|n| has_node_agent(&n));
     let mut decision = {
         let caches = &ctx.caches;
+        // The budgets matter only to a refused eviction's retry (step 8).
+        let budgets = match pod.as_deref() {
+            Some(p)
+                if req
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.failed_evictions() > 0) =>
+            {
+                caches.budgets.allowance(p)
+            }
+            _ => Allowance::Unknown,
+        };
         let surroundings = Surroundings {
             node_agent,
             registration: &|name| caches.registration(name),
+            budgets,
         };
         decide_with(&req, pod.as_deref(), &surroundings, now, &ctx.settings)
     };

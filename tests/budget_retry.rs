@@ -1,0 +1,124 @@
+//! A refused eviction is retried as soon as the PodDisruptionBudget allows it, not after its whole
+//! backoff: evictord watches the budgets (policy/v1beta1 on the 1.20 test server, chosen from
+//! discovery) and is woken when one selecting a backed-off pod allows a disruption again.
+
+mod support;
+
+use std::time::Duration;
+
+use evictord::api::EvictionRequest;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::Evictord;
+use support::evictord::install_crds;
+use support::fixtures::pod;
+use support::wait::until;
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_budget_that_allows_again_cuts_the_backoff_short() {
+    let c = support::cluster().await;
+    install_crds(c).await;
+    let client = c.client().await;
+    let ns = c.namespace("budget-retry").await;
+    let p = pod("guarded")
+        .label("app", "guarded")
+        .create(&client, &ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let pdbs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource {
+            group: "policy".into(),
+            version: "v1beta1".into(),
+            api_version: "policy/v1beta1".into(),
+            kind: "PodDisruptionBudget".into(),
+            plural: "poddisruptionbudgets".into(),
+        },
+    );
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    // The test plays the disruption controller: the budget computed, allowing nothing.
+    let allowed = |n: i32| json!({"status": {"observedGeneration": 1, "currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": n, "expectedPods": 1}});
+    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&allowed(0)))
+        .await
+        .unwrap();
+
+    // The default backoff (1 s doubling, cap 1000 s), as installed.
+    let e = Evictord::start(
+        c,
+        &["--interceptor-deadline=6s", "--min-heartbeat-interval=1s"],
+    )
+    .await;
+    e.register_webhooks(c, "evictord").await;
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "guarded", "uid": uid}}, "requesters": [{"name": "test.example.com"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &er).await.unwrap();
+    let counter = |r: &EvictionRequest| r.status.as_ref().map_or(0, |s| s.failed_evictions());
+    // Five refusals (1 + 2 + 4 + 8 s apart): the next try is 16 s after the fifth.
+    let blocked = until(Duration::from_secs(90), "five failed evictions", || async {
+        api.get(&uid).await.ok().filter(|r| counter(r) >= 5)
+    })
+    .await;
+    let n = counter(&blocked);
+    let last = blocked
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_eviction_status.as_ref())
+        .and_then(|p| p.last_failure_time.clone())
+        .expect("a recorded failure time");
+    let due = last
+        .0
+        .checked_add(evictord::controller::eviction_request::backoff(
+            n,
+            Duration::from_secs(1),
+            Duration::from_secs(1000),
+        ))
+        .unwrap();
+
+    // The budget allows one disruption: evictord retries at once instead of at `due`.
+    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(&allowed(1)))
+        .await
+        .unwrap();
+    let evicted = until(T, "Evicted", || async {
+        api.get(&uid)
+            .await
+            .ok()
+            .filter(|r| r.status.as_ref().is_some_and(|s| s.is_true("Evicted")))
+    })
+    .await;
+    let status = evicted.status.unwrap();
+    let at = status.condition("Evicted").unwrap().last_transition_time.0;
+    assert!(
+        at < due,
+        "evicted at {at}, not before the backoff's next try at {due} (failure {n} at {})",
+        last.0
+    );
+    assert_eq!(
+        status.failed_evictions(),
+        n,
+        "the first retry once the budget allowed succeeded"
+    );
+    assert!(
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .get_opt("guarded")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let logs = e.logs();
+    assert!(!logs.contains("Forbidden"), "{logs}");
+    c.delete_namespace(&ns).await;
+}
