@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::api::{GroupVersionKind, PostParams};
@@ -270,13 +271,16 @@ impl Pool {
         Ok(String::new())
     }
 
-    /// After a drain: waits until every Deployment and StatefulSet has its pods available again
-    /// and every Deployment is back at its replicas without a surge record (evictord's
-    /// `evictord.dev/surge`); returns how long that took.
+    /// After a drain: waits until every Deployment and StatefulSet has its pods available again,
+    /// every Deployment not autoscaled is back at its replicas without a surge record (evictord's
+    /// `evictord.dev/surge`) and every autoscaler is back at its `minReplicas` without one
+    /// (`evictord.dev/hpa-surge`); returns how long that took.
     pub async fn wait_restored(&self, within: Duration) -> anyhow::Result<Duration> {
         let t = Instant::now();
         let pods = self.played.pods();
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.ns);
+        let autoscalers: Api<HorizontalPodAutoscaler> =
+            Api::namespaced(self.client.clone(), &self.ns);
         loop {
             let mut counts: BTreeMap<String, i32> = BTreeMap::new();
             for p in pods.state() {
@@ -314,10 +318,44 @@ impl Pool {
                             .annotations
                             .as_ref()
                             .is_some_and(|a| a.contains_key("evictord.dev/surge"));
-                        surged || row.is_some_and(|w| d.spec.replicas != Some(w.row.replicas))
+                        // An autoscaled Deployment's replicas are its autoscaler's: it scales
+                        // the surge down after its downscale stabilization window (5 minutes by
+                        // default), long after evictord put the autoscaler's floor back.
+                        surged
+                            || row.is_some_and(|w| {
+                                !w.row.hpa && d.spec.replicas != Some(w.row.replicas)
+                            })
                     })
                     .map(|d| format!("Deployment {:?} not back at its replicas", d.metadata.name))
                     .unwrap_or_default(),
+            };
+            let waiting = if waiting.is_empty() {
+                autoscalers
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .find(|h| {
+                        let row = self
+                            .workloads
+                            .iter()
+                            .find(|w| w.name == h.spec.scale_target_ref.name);
+                        let raised = h
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key("evictord.dev/hpa-surge"));
+                        raised || row.is_some_and(|w| h.spec.min_replicas != Some(w.row.replicas))
+                    })
+                    .map(|h| {
+                        format!(
+                            "HorizontalPodAutoscaler {:?} not back at its minReplicas",
+                            h.metadata.name
+                        )
+                    })
+                    .unwrap_or_default()
+            } else {
+                waiting
             };
             if waiting.is_empty() {
                 return Ok(t.elapsed());
