@@ -4,46 +4,34 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
-
 use super::surge::{DeploymentFacts, Strategy, SurgeRecord, SurgedPod};
-use crate::api::EvictionRequest;
 
-/// How long, at most, an interceptor active for a pod waits for the Deployment controller to
-/// observe a Deployment's latest generation before it takes the change for a rollout. evictord's
+/// How long, at most, an interceptor waits for the Deployment controller to observe a
+/// Deployment's latest generation before it takes the change for a rollout, counted from the
+/// first time it saw that generation unobserved ([`super::unobserved::Unobserved`]). evictord's
 /// own writes of `spec.replicas` (a surge, a settled surge put back) bump the generation as a
 /// rollout does, and only the observed status tells them apart; the controller observes a change
 /// within moments, unless it is down.
 pub const UNOBSERVED_WAIT: Duration = Duration::from_secs(30);
 
-/// How long `interceptor` has been active for `request` at `now`: from its entry's
-/// `activationTime`; zero when none is recorded or the clocks disagree.
-pub(crate) fn active_for(request: &EvictionRequest, interceptor: &str, now: Timestamp) -> Duration {
-    request
-        .status
-        .as_ref()
-        .and_then(|s| s.interceptor(interceptor))
-        .and_then(|e| e.activation_time.as_ref())
-        .and_then(|t| Duration::try_from(now.duration_since(t.0)).ok())
-        .unwrap_or_default()
-}
-
-/// The message to wait with while `workload`'s latest generation is not observed yet, if the
-/// interceptor has been active for less than [`UNOBSERVED_WAIT`] (shared with the
+/// The message to wait with while `workload`'s latest generation is not observed yet, if it has
+/// been seen unobserved for less than [`UNOBSERVED_WAIT`] (`unobserved_for`; shared with the
 /// HorizontalPodAutoscaler interceptor). `own_surge`: the change is the surge's own.
 pub(crate) fn unobserved(
     f: &DeploymentFacts,
     workload: &str,
     own_surge: bool,
-    active_for: Duration,
+    unobserved_for: Duration,
 ) -> Option<String> {
-    (!own_surge && f.observed_generation < f.generation && active_for < UNOBSERVED_WAIT).then(|| {
-        format!(
-            "waiting until the Deployment controller observes generation {} of {workload} (observed {}): \
-             a change not observed yet is no rollout yet",
-            f.generation, f.observed_generation
-        )
-    })
+    (!own_surge && f.observed_generation < f.generation && unobserved_for < UNOBSERVED_WAIT).then(
+        || {
+            format!(
+                "waiting until the Deployment controller observes generation {} of {workload} (observed {}): \
+                 a change not observed yet is no rollout yet",
+                f.generation, f.observed_generation
+            )
+        },
+    )
 }
 
 /// What the interceptor does for one active request.
@@ -81,7 +69,7 @@ fn ineligible(
     f: &DeploymentFacts,
     name: &str,
     own_surge: bool,
-    active_for: Duration,
+    unobserved_for: Duration,
 ) -> Option<Step> {
     let workload = format!("Deployment {name}");
     let why = if let Some(hpa) = &f.hpa {
@@ -90,7 +78,7 @@ fn ineligible(
         format!("Deployment {name} is paused")
     } else if f.strategy == Strategy::Recreate {
         format!("Deployment {name} uses the Recreate strategy, which never runs extra pods")
-    } else if let Some(wait) = unobserved(f, &workload, own_surge, active_for) {
+    } else if let Some(wait) = unobserved(f, &workload, own_surge, unobserved_for) {
         return Some(Step::Wait(wait));
     } else if f.updated_replicas < f.status_replicas
         || (!own_surge && f.observed_generation < f.generation)
@@ -107,13 +95,13 @@ fn ineligible(
     Some(Step::Skip(format!("no surge: {why}")))
 }
 
-/// The step for pod `pod` of Deployment `name`, whose request made this interceptor active
-/// `active_for` ago.
+/// The step for pod `pod` of Deployment `name`, whose latest generation has been seen unobserved
+/// for `unobserved_for` (zero when observed).
 pub fn on_activation(
     f: &DeploymentFacts,
     name: &str,
     pod: &SurgedPod,
-    active_for: Duration,
+    unobserved_for: Duration,
 ) -> Step {
     let record = match &f.record {
         Ok(r) => r.clone(),
@@ -167,7 +155,7 @@ pub fn on_activation(
         }
         record => {
             let own_surge = record.as_ref().is_some_and(|r| !r.pods.is_empty());
-            if let Some(step) = ineligible(f, name, own_surge, active_for) {
+            if let Some(step) = ineligible(f, name, own_surge, unobserved_for) {
                 return step;
             }
             let mut r = record.unwrap_or(SurgeRecord {

@@ -2,10 +2,7 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use rstest::rstest;
-
-use crate::api::{EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, InterceptorStatus};
 
 use super::*;
 
@@ -163,16 +160,16 @@ fn settle_rows(
 }
 
 #[rstest]
-#[case::just_activated(Duration::ZERO, "wait")]
+#[case::just_seen(Duration::ZERO, "wait")]
 #[case::within_the_bound(UNOBSERVED_WAIT - Duration::from_secs(1), "wait")]
 // The controller may be down: an unobserved generation then counts as a rollout, as before.
 #[case::past_the_bound_a_rollout(UNOBSERVED_WAIT, "skip")]
-fn unobserved_generation_rows(#[case] active: Duration, #[case] expected: &str) {
+fn unobserved_generation_rows(#[case] unobserved_for: Duration, #[case] expected: &str) {
     let f = DeploymentFacts {
         observed_generation: 3,
         ..facts(1)
     };
-    let step = on_activation(&f, "d", &pod("p"), active);
+    let step = on_activation(&f, "d", &pod("p"), unobserved_for);
     assert_eq!(kind(&step), expected, "{step:?}");
     if expected == "skip" {
         assert_eq!(
@@ -186,37 +183,9 @@ fn unobserved_generation_rows(#[case] active: Duration, #[case] expected: &str) 
         observed_generation: 3,
         ..surged(3, &["a"], 3)
     };
-    assert_eq!(kind(&on_activation(&own, "d", &pod("p"), active)), "join");
-}
-
-fn request_activated(at: Option<&str>) -> EvictionRequest {
-    let mut r = EvictionRequest::new("uid", EvictionRequestSpec::default());
-    r.status = Some(EvictionRequestStatus {
-        interceptors: vec![InterceptorStatus {
-            name: "deployment.apps.k8s.io".into(),
-            activation_time: at.map(|t| {
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().expect("time"))
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    r
-}
-
-#[rstest]
-#[case::ten_seconds(Some("2026-11-26T10:00:00Z"), 10)]
-#[case::not_recorded(None, 0)]
-#[case::clocks_disagree(Some("2026-11-26T10:00:30Z"), 0)]
-fn active_for_rows(#[case] activated: Option<&str>, #[case] seconds: u64) {
-    let now: Timestamp = "2026-11-26T10:00:10Z".parse().expect("now");
     assert_eq!(
-        active_for(&request_activated(activated), "deployment.apps.k8s.io", now),
-        Duration::from_secs(seconds)
-    );
-    assert_eq!(
-        active_for(&request_activated(activated), "other.example.com", now),
-        Duration::ZERO
+        kind(&on_activation(&own, "d", &pod("p"), unobserved_for)),
+        "join"
     );
 }
 

@@ -12,8 +12,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::{PodReadiness, Step, active_for, confirmed, on_activation};
+use super::decide::{PodReadiness, Step, confirmed, on_activation};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
+use super::unobserved::Unobserved;
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::{Autoscalers, scaling};
@@ -30,6 +31,7 @@ pub struct DeploymentInterceptor {
     client: Client,
     recorder: Recorder,
     autoscalers: Autoscalers,
+    unobserved: Unobserved,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -115,6 +117,7 @@ impl DeploymentInterceptor {
             recorder: recorder(&client),
             client,
             autoscalers,
+            unobserved: Unobserved::default(),
         }
     }
 
@@ -217,8 +220,12 @@ impl DeploymentInterceptor {
                 )));
             };
             let facts = DeploymentFacts::read(&d, self.autoscaler_of(&ns, &name).await?);
-            let active = active_for(request, NAME, Timestamp::now());
-            let written = match on_activation(&facts, &name, &target, active) {
+            let unobserved_for = self.unobserved.seen_for(
+                &format!("{ns}/{name}"),
+                facts.generation,
+                facts.observed_generation,
+            );
+            let written = match on_activation(&facts, &name, &target, unobserved_for) {
                 Step::Skip(message) => {
                     count("skipped");
                     return Ok(Progress::complete(message));

@@ -16,6 +16,7 @@ pub mod decide;
 mod interceptor;
 mod settler;
 pub mod surge;
+pub mod unobserved;
 
 use std::time::Duration;
 

@@ -110,7 +110,7 @@ fn ineligible(
     w: &WorkloadFacts,
     own_surge: bool,
     base: i32,
-    active_for: Duration,
+    unobserved_for: Duration,
 ) -> Option<Step> {
     let name = &h.autoscaler.name;
     let workload = &w.workload;
@@ -123,7 +123,7 @@ fn ineligible(
             format!("{workload} is paused")
         } else if f.strategy == Strategy::Recreate {
             format!("{workload} uses the Recreate strategy, which never runs extra pods")
-        } else if let Some(wait) = unobserved(f, &workload.to_string(), own_surge, active_for) {
+        } else if let Some(wait) = unobserved(f, &workload.to_string(), own_surge, unobserved_for) {
             return Some(Step::Wait(wait));
         } else if f.updated_replicas < f.status_replicas
             || (!own_surge && f.observed_generation < f.generation)
@@ -148,13 +148,13 @@ fn room(w: &WorkloadFacts, base: i32) -> i32 {
     w.deployment.as_ref().map_or(1, |d| d.surge_at(base).0)
 }
 
-/// The step for pod `pod`, whose request made this interceptor active `active_for` ago; `h` is
-/// the autoscaler of its workload `w`.
+/// The step for pod `pod`; `h` is the autoscaler of its workload `w`, a Deployment whose latest
+/// generation has been seen unobserved for `unobserved_for` (zero when observed or no Deployment).
 pub fn on_activation(
     h: &AutoscalerFacts,
     w: &WorkloadFacts,
     pod: &SurgedPod,
-    active_for: Duration,
+    unobserved_for: Duration,
 ) -> Step {
     let name = &h.autoscaler.name;
     let workload = &w.workload;
@@ -231,7 +231,7 @@ pub fn on_activation(
                     ..HpaSurgeRecord::start(h.limits, w.replicas)
                 },
             };
-            if let Some(step) = ineligible(h, w, own_surge, r.base, active_for) {
+            if let Some(step) = ineligible(h, w, own_surge, r.base, unobserved_for) {
                 return step;
             }
             let room = room(w, r.base);

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -24,8 +25,9 @@ use super::workload::WorkloadFacts;
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::Autoscalers;
-use crate::interceptor::deployment::decide::{PodReadiness, active_for, confirmed_over};
+use crate::interceptor::deployment::decide::{PodReadiness, confirmed_over};
 use crate::interceptor::deployment::surge::SurgedPod;
+use crate::interceptor::deployment::unobserved::Unobserved;
 use crate::interceptor::{BoxError, Interceptor, Progress};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
@@ -43,6 +45,8 @@ pub struct HpaInterceptor {
     targets: Mutex<HashMap<String, ApiResource>>,
     /// The shared autoscaler cache (a LIST while it has not synced).
     cache: Autoscalers,
+    /// Since when each target Deployment's latest generation has been seen unobserved.
+    unobserved: Unobserved,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -124,6 +128,7 @@ impl HpaInterceptor {
             autoscalers: version.map(discovery::autoscaler_resource),
             targets: Mutex::new(HashMap::new()),
             cache,
+            unobserved: Unobserved::default(),
             client,
         }
     }
@@ -295,11 +300,18 @@ impl HpaInterceptor {
                     ));
                 }
             };
+            let unobserved_for = workload.deployment.as_ref().map_or(Duration::ZERO, |d| {
+                self.unobserved.seen_for(
+                    &format!("{ns}/{}", h.autoscaler.target.name),
+                    d.facts.generation,
+                    d.facts.observed_generation,
+                )
+            });
             let (reason, write, note, progress) = match on_activation(
                 h,
                 &workload,
                 &target,
-                active_for(request, NAME, Timestamp::now()),
+                unobserved_for,
             ) {
                 Step::Skip(message) => return skip(message),
                 Step::Wait(message) => return Ok(Progress::in_progress(message)),
