@@ -9,7 +9,7 @@ use std::time::Duration;
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::Evictord;
 use support::evictord::install_crds;
@@ -29,17 +29,7 @@ async fn a_budget_that_allows_again_cuts_the_backoff_short() {
         .create(&client, &ns)
         .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource {
-            group: "policy".into(),
-            version: "v1beta1".into(),
-            api_version: "policy/v1beta1".into(),
-            kind: "PodDisruptionBudget".into(),
-            plural: "poddisruptionbudgets".into(),
-        },
-    );
+    let pdbs = support::fixtures::pdb_api(&client, &ns);
     let pdb: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::Evictord;
 use support::evictord::{FAST, install_crds};
@@ -37,17 +37,7 @@ async fn restart_resumes_backoff_without_duplicate_eviction() {
         .create(&client, &ns)
         .await;
     let uid = p.metadata.uid.clone().unwrap();
-    let pdbs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource {
-            group: "policy".into(),
-            version: "v1beta1".into(),
-            api_version: "policy/v1beta1".into(),
-            kind: "PodDisruptionBudget".into(),
-            plural: "poddisruptionbudgets".into(),
-        },
-    );
+    let pdbs = support::fixtures::pdb_api(&client, &ns);
     let pdb: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "guard"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}

@@ -19,6 +19,7 @@ use tokio::sync::{broadcast, watch};
 use tracing::{debug, info, warn};
 
 use super::CachedPod;
+use super::cache::subscribed;
 use crate::selector::label_selector_matches;
 
 /// A PodDisruptionBudget, reduced to what decides whether a pod may be disrupted now.
@@ -245,19 +246,7 @@ impl Budgets {
     /// The budgets that change from now on (created, modified, deleted: as last seen; after
     /// each full list, every budget).
     pub fn changes(&self) -> impl Stream<Item = Budget> + Send + use<> {
-        let rx = self.changes.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(b) => return Some((b, rx)),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        warn!(skipped = n, "PodDisruptionBudget change stream lagged")
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
-        .boxed()
+        subscribed(&self.changes, "PodDisruptionBudget".into())
     }
 }
 

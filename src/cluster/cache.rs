@@ -67,19 +67,27 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
     where
         K: Send + Sync + 'static,
     {
-        let rx = self.changes.subscribe();
-        futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(obj) => return Some((obj, rx)),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        warn!(skipped = n, "change stream lagged")
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        })
+        subscribed(&self.changes, K::kind(&()).to_string())
     }
+}
+
+/// The values sent on `changes` from now on, as a stream; a receiver that lags skips to the
+/// latest (logged with `kind`).
+pub(super) fn subscribed<T: Clone + Send + 'static>(
+    changes: &broadcast::Sender<T>,
+    kind: String,
+) -> impl Stream<Item = T> + Send + 'static + use<T> {
+    futures::stream::unfold((changes.subscribe(), kind), |(mut rx, kind)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(value) => return Some((value, (rx, kind))),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(kind, skipped = n, "change stream lagged")
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 /// The shared caches.
