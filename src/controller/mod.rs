@@ -138,7 +138,11 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
     } else {
         (None, crate::interceptor::autoscalers::Autoscalers::none())
     };
-    if args.deployment_interceptor {
+    // One watch of Deployments for the Deployment interceptor's settler and both interceptors'
+    // wakes, started once they have subscribed.
+    let deployments = (args.deployment_interceptor || args.hpa_interceptor)
+        .then(crate::interceptor::deployments::DeploymentWatch::new);
+    if let Some(deployments) = deployments.as_ref().filter(|_| args.deployment_interceptor) {
         let settings = crate::interceptor::Settings {
             min_heartbeat_interval: args.rules.min_heartbeat_interval,
             default_deadline: args.rules.interceptor_deadline,
@@ -149,6 +153,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             client.clone(),
             settings,
             autoscalers.clone(),
+            deployments,
             term.clone(),
         )));
     }
@@ -165,7 +170,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             term.clone(),
         )));
     }
-    if args.hpa_interceptor {
+    if let Some(deployments) = deployments.as_ref().filter(|_| args.hpa_interceptor) {
         let settings = crate::interceptor::Settings {
             min_heartbeat_interval: args.rules.min_heartbeat_interval,
             default_deadline: args.rules.interceptor_deadline,
@@ -177,8 +182,12 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             settings,
             autoscaling,
             autoscalers,
+            deployments,
             term.clone(),
         )));
+    }
+    if let Some(deployments) = deployments {
+        deployments.start(&client, term.clone());
     }
     for t in tasks {
         let _ = t.await;

@@ -7,10 +7,11 @@
 pub mod autoscalers;
 pub mod daemonset;
 pub mod deployment;
+pub mod deployments;
 pub mod hpa;
 pub mod kubelet;
 
 pub use evictord_interceptor::{
-    BoxError, EntryPatch, Error, Interceptor, Progress, Runner, Settings, heartbeat_due,
+    BoxError, EntryPatch, Error, Interceptor, Progress, Runner, Settings, Waiters, heartbeat_due,
     next_wakeup, next_write, registration, whole_seconds,
 };

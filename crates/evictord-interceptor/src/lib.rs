@@ -67,8 +67,10 @@
 mod progress;
 pub mod registration;
 mod runner;
+mod waiters;
 
 pub use progress::{
     EntryPatch, Progress, Settings, heartbeat_due, next_wakeup, next_write, whole_seconds,
 };
 pub use runner::{BoxError, Error, Interceptor, Runner};
+pub use waiters::Waiters;

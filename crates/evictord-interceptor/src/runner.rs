@@ -5,11 +5,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -136,6 +137,20 @@ impl Runner {
         interceptor: I,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
+        self.run_woken(interceptor, futures::stream::empty(), shutdown)
+            .await;
+    }
+
+    /// [`Runner::run`], and a look at each request `wakes` yields as soon as it yields it,
+    /// besides the poll interval: an interceptor waiting on another object wakes its requests
+    /// when that object changes ([`Waiters`](crate::Waiters)). A wake of a request the
+    /// interceptor is not active on costs nothing but the check.
+    pub async fn run_woken<I: Interceptor>(
+        self,
+        interceptor: I,
+        wakes: impl Stream<Item = ObjectRef<EvictionRequest>> + Send + 'static,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) {
         let api: Api<EvictionRequest> = match &self.namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
@@ -156,6 +171,7 @@ impl Runner {
             interceptor,
         });
         Controller::new(api, watcher::Config::default().any_semantic())
+            .reconcile_on(wakes)
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, ctx)
             .for_each(|result| async move {

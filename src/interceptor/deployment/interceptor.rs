@@ -18,7 +18,8 @@ use super::unobserved::Unobserved;
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::{Autoscalers, scaling};
-use crate::interceptor::{BoxError, Interceptor, Progress};
+use crate::interceptor::deployments::DeploymentKey;
+use crate::interceptor::{BoxError, Interceptor, Progress, Waiters};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
 use crate::selector::label_selector_matches;
@@ -32,6 +33,8 @@ pub struct DeploymentInterceptor {
     recorder: Recorder,
     autoscalers: Autoscalers,
     unobserved: Unobserved,
+    /// The requests waiting on their Deployment, when something wakes them on its changes.
+    waiters: Option<Waiters<DeploymentKey>>,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -118,7 +121,16 @@ impl DeploymentInterceptor {
             client,
             autoscalers,
             unobserved: Unobserved::default(),
+            waiters: None,
         }
+    }
+
+    /// Registers each request that waits with `waiters`, under its Deployment, for whoever feeds
+    /// the Deployments' changes to [`Waiters::woken_by`] (without, a request is looked at again
+    /// at the poll interval only).
+    pub fn woken_by(mut self, waiters: Waiters<DeploymentKey>) -> Self {
+        self.waiters = Some(waiters);
+        self
     }
 
     /// The name of the Deployment owning `pod` through its ReplicaSet, or why there is none.
@@ -208,6 +220,10 @@ impl DeploymentInterceptor {
             name: pod.name_any(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
         };
+        // Before the read: a change after it wakes the request.
+        if let Some(w) = &self.waiters {
+            w.wait((ns.clone(), name.clone()), request);
+        }
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
         for _ in 0..CONFLICT_RETRIES {
             let Some(d) = api
@@ -314,6 +330,12 @@ impl Interceptor for DeploymentInterceptor {
         let Some(pod) = pod else {
             return Ok(Progress::complete("no surge: the pod is gone"));
         };
-        Ok(self.step(request, pod).await?)
+        let progress = self.step(request, pod).await;
+        if let Some(w) = &self.waiters
+            && !matches!(progress, Ok(Progress::InProgress { .. }))
+        {
+            w.forget(request);
+        }
+        Ok(progress?)
     }
 }

@@ -27,7 +27,8 @@ pub use interceptor::DeploymentInterceptor;
 pub(crate) use settler::fate;
 
 use crate::interceptor::autoscalers::Autoscalers;
-use crate::interceptor::{Runner, Settings};
+use crate::interceptor::deployments::DeploymentWatch;
+use crate::interceptor::{Runner, Settings, Waiters};
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "deployment.apps.k8s.io";
@@ -49,24 +50,35 @@ pub enum Error {
 
 /// Runs the interceptor (on active requests) and the settler (on surged Deployments) until
 /// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`];
-/// `autoscalers` is the shared HorizontalPodAutoscaler cache.
-pub async fn run(
+/// `autoscalers` is the shared HorizontalPodAutoscaler cache; `deployments` the shared watch of
+/// Deployments, subscribed to here (the settler's trigger, and the wakes of the requests that
+/// wait for a surge), to be started after.
+pub fn run(
     client: Client,
     settings: Settings,
     autoscalers: Autoscalers,
+    deployments: &DeploymentWatch,
     shutdown: CancellationToken,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
     let runner = Runner::new(client.clone(), settings);
-    let token = shutdown.clone();
-    tokio::join!(
-        runner.run(
-            DeploymentInterceptor::new(client.clone(), autoscalers),
-            async move { token.cancelled().await }
-        ),
-        settler::run(client, shutdown),
+    let waiters = Waiters::default();
+    let wakes = deployments.wakes(&waiters);
+    let settler = settler::run(
+        client.clone(),
+        deployments.subscribe(),
+        deployments.store(),
+        shutdown.clone(),
     );
+    let interceptor = DeploymentInterceptor::new(client, autoscalers).woken_by(waiters);
+    async move {
+        let token = shutdown.clone();
+        tokio::join!(
+            runner.run_woken(interceptor, wakes, async move { token.cancelled().await }),
+            settler,
+        );
+    }
 }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ReflectHandle, Store};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -26,14 +26,18 @@ struct Context {
     recorder: Recorder,
 }
 
-/// Runs the settler until `shutdown`.
-pub(super) async fn run(client: Client, shutdown: CancellationToken) {
-    let api: Api<Deployment> = Api::all(client.clone());
+/// Runs the settler until `shutdown`, on the shared watch's `changes` and `store`.
+pub(super) async fn run(
+    client: Client,
+    changes: ReflectHandle<Deployment>,
+    store: Store<Deployment>,
+    shutdown: CancellationToken,
+) {
     let ctx = Arc::new(Context {
         recorder: recorder(&client),
         client,
     });
-    Controller::new(api, watcher::Config::default().any_semantic())
+    Controller::for_shared_stream(changes, store)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -28,7 +28,8 @@ use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployment::decide::{PodReadiness, confirmed_over};
 use crate::interceptor::deployment::surge::SurgedPod;
 use crate::interceptor::deployment::unobserved::Unobserved;
-use crate::interceptor::{BoxError, Interceptor, Progress};
+use crate::interceptor::deployments::DeploymentKey;
+use crate::interceptor::{BoxError, Interceptor, Progress, Waiters};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
 
@@ -47,6 +48,9 @@ pub struct HpaInterceptor {
     cache: Autoscalers,
     /// Since when each target Deployment's latest generation has been seen unobserved.
     unobserved: Unobserved,
+    /// The requests waiting on their target Deployment, when something wakes them on its
+    /// changes.
+    waiters: Option<Waiters<DeploymentKey>>,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -129,8 +133,17 @@ impl HpaInterceptor {
             targets: Mutex::new(HashMap::new()),
             cache,
             unobserved: Unobserved::default(),
+            waiters: None,
             client,
         }
+    }
+
+    /// Registers each request that waits for a Deployment to scale with `waiters`, under that
+    /// Deployment, for whoever feeds the Deployments' changes to [`Waiters::woken_by`] (without,
+    /// and for other kinds of workload, a request is looked at again at the poll interval only).
+    pub fn woken_by(mut self, waiters: Waiters<DeploymentKey>) -> Self {
+        self.waiters = Some(waiters);
+        self
     }
 
     /// The pod's controllers (its own, and a ReplicaSet's).
@@ -291,6 +304,14 @@ impl HpaInterceptor {
             };
             let (h, hpa) = (&facts[index], &items[index]);
             let name = &h.autoscaler.name;
+            // Before the workload's read: a change after it wakes the request.
+            if let Some(w) = &self.waiters
+                && h.autoscaler.target.kind == "Deployment"
+                && (h.autoscaler.target.api_version.as_deref())
+                    .is_none_or(|v| v.starts_with("apps/"))
+            {
+                w.wait((ns.clone(), h.autoscaler.target.name.clone()), request);
+            }
             let (workload, selector) = match self.workload(&ns, &h.autoscaler.target).await? {
                 Ok(w) => w,
                 Err(why) => {
@@ -426,6 +447,12 @@ impl Interceptor for HpaInterceptor {
                 "no surge: the server serves no autoscaling API (no HorizontalPodAutoscalers)",
             ));
         };
-        Ok(self.step(request, pod, resource).await?)
+        let progress = self.step(request, pod, resource).await;
+        if let Some(w) = &self.waiters
+            && !matches!(progress, Ok(Progress::InProgress { .. }))
+        {
+            w.forget(request);
+        }
+        Ok(progress?)
     }
 }

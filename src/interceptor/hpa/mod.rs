@@ -36,7 +36,8 @@ use tracing::{info, warn};
 pub use interceptor::HpaInterceptor;
 
 use crate::interceptor::autoscalers::Autoscalers;
-use crate::interceptor::{Runner, Settings};
+use crate::interceptor::deployments::DeploymentWatch;
+use crate::interceptor::{Runner, Settings, Waiters};
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
@@ -83,38 +84,42 @@ pub async fn discover_version(client: &Client) -> Option<&'static str> {
 }
 
 /// Runs the interceptor (on active requests) and the settler (on raised autoscalers) until
-/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`].
-pub async fn run(
+/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`];
+/// `deployments` is the shared watch of Deployments, subscribed to here (the wakes of the
+/// requests that wait for a Deployment to scale), to be started after.
+pub fn run(
     client: Client,
     settings: Settings,
     version: Option<&'static str>,
     autoscalers: Autoscalers,
+    deployments: &DeploymentWatch,
     shutdown: CancellationToken,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
-    match version {
-        Some(v) => info!("HorizontalPodAutoscalers in autoscaling/{v}"),
-        None => warn!(
-            "the server serves no autoscaling API: the {NAME} interceptor completes every request at once"
-        ),
-    }
     let runner = Runner::new(client.clone(), settings);
-    let token = shutdown.clone();
-    let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers);
-    match version {
-        Some(v) => {
-            tokio::join!(
-                runner.run(interceptor, async move { token.cancelled().await }),
-                settler::run(client, v, shutdown),
-            );
+    let waiters = Waiters::default();
+    let wakes = deployments.wakes(&waiters);
+    let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers).woken_by(waiters);
+    async move {
+        match version {
+            Some(v) => info!("HorizontalPodAutoscalers in autoscaling/{v}"),
+            None => warn!(
+                "the server serves no autoscaling API: the {NAME} interceptor completes every request at once"
+            ),
         }
-        None => {
-            runner
-                .run(interceptor, async move { token.cancelled().await })
-                .await
+        let token = shutdown.clone();
+        let stop = async move { token.cancelled().await };
+        match version {
+            Some(v) => {
+                tokio::join!(
+                    runner.run_woken(interceptor, wakes, stop),
+                    settler::run(client, v, shutdown),
+                );
+            }
+            None => runner.run_woken(interceptor, wakes, stop).await,
         }
     }
 }
