@@ -14,6 +14,9 @@
 //! - each write is one JSON patch of the `status` subresource that tests the resourceVersion and
 //!   the active interceptor and replaces only the interceptor's own entry, so it passes the
 //!   webhook's rules S2–S4 and never clobbers a concurrent write (a conflict is retried);
+//! - it looks at a request in progress again every poll interval, and at once when a wake names
+//!   it ([`Runner::run_woken`]; an interceptor waiting on another object registers the request
+//!   in [`Waiters`] and feeds that object's changes to [`Waiters::woken_by`]);
 //! - it keeps no state in memory: everything is read back from the request's status, so a
 //!   restarted process carries on where the last one stopped;
 //! - it registers the interceptor ([`registration`], SPEC 5.5): creates its `EvictionInterceptor`

@@ -238,12 +238,21 @@ pub fn confirmed_over(
 /// What became of a pod a surge covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
-    /// The pod (that UID) is gone: the surge for it is finished.
+    /// The pod (that UID) is gone or terminating: the surge for it is finished.
     Gone,
     /// Its EvictionRequest was canceled or deleted while the pod stays: undo its surge.
     Kept,
     /// Still being evicted.
     Pending,
+}
+
+/// Whether the covered pod of UID `uid` has left, from its pod as read (`None`: not found): gone,
+/// replaced by another of the same name, or terminating. A terminating pod never serves again and
+/// its ReplicaSet already counts it out (it starts a replacement while `spec.replicas` still
+/// holds the surge), so its surge ends when its termination starts, not its grace period later:
+/// the next pod of the Deployment waiting for room in the surge takes it at once.
+pub fn has_left(pod: Option<(&str, bool)>, uid: &str) -> bool {
+    pod.is_none_or(|(pod_uid, terminating)| pod_uid != uid || terminating)
 }
 
 /// How to bring a Deployment back.

@@ -241,3 +241,13 @@ fn confirmed_over_rows(#[case] base: i32, #[case] pods: &[(&str, bool, bool)], #
     let pods: Vec<PodReadiness> = pods.iter().map(|(u, r, t)| readiness(u, *r, *t)).collect();
     assert_eq!(confirmed_over(base, |uid| uid == "p", &pods).is_ok(), ok);
 }
+
+/// (the pod as read: UID and terminating; `None`: not found), whether the covered pod "u" left.
+#[rstest]
+#[case::not_found(None, true)]
+#[case::running(Some(("u", false)), false)]
+#[case::terminating(Some(("u", true)), true)]
+#[case::replaced_by_another(Some(("v", false)), true)]
+fn has_left_rows(#[case] pod: Option<(&str, bool)>, #[case] left: bool) {
+    assert_eq!(has_left(pod, "u"), left);
+}

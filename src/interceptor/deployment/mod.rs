@@ -6,7 +6,7 @@
 //! Deployment's annotation [`SURGE_ANNOTATION`] in the same patch, waits until the Deployment
 //! has that many available replicas, and completes; the next interceptor (in the end the
 //! Eviction API, which the PodDisruptionBudget now allows) removes the pod. The [`settler`]
-//! brings `spec.replicas` back once the pod is gone, or undoes the surge when the request is
+//! brings `spec.replicas` back once the pod is terminating or gone, or undoes the surge when the request is
 //! canceled. Every Deployment write tests its resourceVersion and the replicas it replaces, so
 //! a user's scale is never overwritten: it wins, and the record is dropped.
 //!

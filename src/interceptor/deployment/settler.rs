@@ -1,6 +1,6 @@
 //! The settler: a kube-runtime `Controller` on Deployments that carry a surge record. For each
-//! covered pod it finds the [`Fate`] (pod gone; request canceled or deleted; pending) and writes
-//! [`settle`]'s result, so `spec.replicas` returns to its base once the pods are gone, also after
+//! covered pod it finds the [`Fate`] (pod terminating or gone; request canceled or deleted; pending) and writes
+//! [`settle`]'s result, so `spec.replicas` returns to its base once the pods leave, also after
 //! a restart or on a newly elected evictord.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::decide::{Fate, settle};
+use super::decide::{Fate, has_left, settle};
 use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
 use super::{Error, POLL};
@@ -65,7 +65,13 @@ pub(crate) async fn fate(client: &Client, ns: &str, p: &SurgedPod) -> Result<Fat
         .get_opt(&p.name)
         .await
         .map_err(|e| Error::Read(format!("pod {}", p.name), e))?;
-    if pod.is_none_or(|pod| pod.metadata.uid.as_deref() != Some(p.uid.as_str())) {
+    let read = pod.as_ref().map(|pod| {
+        (
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+            pod.metadata.deletion_timestamp.is_some(),
+        )
+    });
+    if has_left(read, &p.uid) {
         return Ok(Fate::Gone);
     }
     let requests: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
@@ -129,7 +135,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
             (
                 reason,
                 format!(
-                    "Returned from {from} to {to} replicas: {} evicted pod(s) gone, {} eviction(s) canceled",
+                    "Returned from {from} to {to} replicas: {} evicted pod(s) terminating or gone, {} eviction(s) canceled",
                     s.finished, s.undone
                 ),
             )

@@ -11,7 +11,7 @@
 //! autoscaler's annotation [`RECORD_ANNOTATION`] in the same patch, waits until the workload has
 //! that many available replicas, and completes; the next interceptor (in the end the Eviction API,
 //! which the PodDisruptionBudget now allows) removes the pod. The [`settler`] puts the limits
-//! back once the pod is gone or its request ended (canceled or deleted). Every autoscaler write
+//! back once the pod is terminating or gone or its request ended (canceled or deleted). Every autoscaler write
 //! tests its resourceVersion and the limits it replaces, so a user's change is never overwritten:
 //! it wins.
 //!

@@ -1,7 +1,7 @@
 //! The settler: a kube-runtime `Controller` on HorizontalPodAutoscalers that carry a surge record.
 //! For each covered pod it finds the [`Fate`](crate::interceptor::deployment::decide::Fate) (pod gone; request canceled or deleted; pending,
 //! with the Deployment interceptor's own [`fate`]) and writes [`settle`]'s result, so the limits
-//! return to what they were once the pods are gone, also after a restart or on a newly elected
+//! return to what they were once the pods are terminating or gone, also after a restart or on a newly elected
 //! evictord.
 
 use std::sync::Arc;
@@ -110,7 +110,7 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             (
                 reason,
                 format!(
-                    "Returned minReplicas from {} to {}{ceiling}: {} evicted pod(s) gone, {} eviction(s) canceled",
+                    "Returned minReplicas from {} to {}{ceiling}: {} evicted pod(s) terminating or gone, {} eviction(s) canceled",
                     from.min, to.min, s.finished, s.undone
                 ),
             )
