@@ -148,6 +148,10 @@ async fn run_mode(
         .await?;
     let t0 = Instant::now();
     let log = dir.join(format!("pool-{}-kubectl.log", mode.slug()));
+    // Each call of the mode appends: start from an empty log, not an earlier run's.
+    if log.exists() {
+        std::fs::remove_file(&log)?;
+    }
     let (completed, calls) = match mode.drainer {
         Drainer::KubectlEach => {
             let mut calls = Vec::new();
