@@ -9,15 +9,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
 
 use super::hpa::discovery::autoscaler_resource;
+use super::watch::drive;
 
 /// The shared cache (cheap to clone).
 #[derive(Clone)]
@@ -50,30 +49,16 @@ impl Autoscalers {
         let store = writer.as_reader();
         let synced = Arc::new(AtomicBool::new(false));
         let flag = synced.clone();
-        tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default().any_semantic())
-                .default_backoff()
-                .modify(|h: &mut DynamicObject| h.managed_fields_mut().clear())
-                .reflect(writer);
-            futures::pin_mut!(stream);
-            loop {
-                let item = tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    item = stream.next() => item,
-                };
-                match item {
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        debug!("HorizontalPodAutoscaler cache synced");
-                        flag.store(true, Ordering::Release);
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        warn!(error = %e, "HorizontalPodAutoscaler watch error; retrying with backoff")
-                    }
-                    None => break,
-                }
-            }
-        });
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|h: &mut DynamicObject| h.managed_fields_mut().clear())
+            .reflect(writer);
+        tokio::spawn(drive(
+            stream,
+            "HorizontalPodAutoscaler",
+            shutdown,
+            move || flag.store(true, Ordering::Release),
+        ));
         Self {
             cache: Some(Cache {
                 store,

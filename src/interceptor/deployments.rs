@@ -15,9 +15,9 @@ use kube::runtime::reflector::{ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
 
 use crate::interceptor::Waiters;
+use crate::interceptor::watch::drive;
 
 /// How many changes a subscriber may be behind before the watch waits for it.
 pub const BUFFER: usize = 1024;
@@ -71,28 +71,11 @@ impl DeploymentWatch {
     /// `shutdown`).
     pub fn start(self, client: &Client, shutdown: CancellationToken) {
         let api: Api<Deployment> = Api::all(client.clone());
-        let writer = self.writer;
-        tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default().any_semantic())
-                .default_backoff()
-                .modify(|d: &mut Deployment| d.managed_fields_mut().clear())
-                .reflect_shared(writer);
-            futures::pin_mut!(stream);
-            loop {
-                let item = tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    item = stream.next() => item,
-                };
-                match item {
-                    Some(Ok(watcher::Event::InitDone)) => debug!("Deployment cache synced"),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        warn!(error = %e, "Deployment watch error; retrying with backoff")
-                    }
-                    None => break,
-                }
-            }
-        });
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|d: &mut Deployment| d.managed_fields_mut().clear())
+            .reflect_shared(self.writer);
+        tokio::spawn(drive(stream, "Deployment", shutdown, || {}));
     }
 }
 

@@ -10,6 +10,7 @@ pub mod deployment;
 pub mod deployments;
 pub mod hpa;
 pub mod kubelet;
+mod watch;
 
 pub use evictord_interceptor::{
     BoxError, EntryPatch, Error, Interceptor, Progress, Runner, Settings, Waiters, heartbeat_due,
