@@ -8,6 +8,7 @@
 //! [`targets`] holds the target lists and their order; [`plan`] resolves intersecting maintenances;
 //! [`holds`] says which maintenances hold a node and which one targets a pod.
 
+pub mod admission;
 pub mod holds;
 pub mod leaving;
 pub mod plan;

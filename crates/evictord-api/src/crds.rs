@@ -3,14 +3,15 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
+use super::{EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance};
 
-/// Every CRD: EvictionRequest, NodeMaintenance, EvictionInterceptor.
+/// Every CRD: EvictionRequest, NodeMaintenance, EvictionInterceptor, MaintenanceBudget.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         EvictionRequest::crd(),
         NodeMaintenance::crd(),
         EvictionInterceptor::crd(),
+        MaintenanceBudget::crd(),
     ]
 }
 

@@ -5,17 +5,21 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod conditions;
 mod crds;
 mod eviction_interceptor;
 mod eviction_request;
 pub mod identity;
+mod maintenance_budget;
 mod node_maintenance;
 pub mod taint;
 pub mod time;
 
+pub use conditions::with_condition;
 pub use crds::{all_crds, crds_yaml};
 pub use eviction_interceptor::*;
 pub use eviction_request::*;
+pub use maintenance_budget::*;
 pub use node_maintenance::*;
 
 /// API group of the custom resources.

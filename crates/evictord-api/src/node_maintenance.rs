@@ -20,6 +20,7 @@ pub const MAX_REASON_CHARS: usize = 1024;
     shortname = "nm",
     status = "NodeMaintenanceStatus",
     printcolumn = r#"{"name":"Stage","type":"string","jsonPath":".spec.stage"}"#,
+    printcolumn = r#"{"name":"Admitted","type":"string","jsonPath":".status.conditions[?(@.type==\"Admitted\")].status"}"#,
     printcolumn = r#"{"name":"Drained","type":"string","jsonPath":".status.conditions[?(@.type==\"Drained\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -163,10 +164,114 @@ pub struct NodeMaintenanceStatus {
     /// Drain progress of each selected node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_statuses: Vec<NodeMaintenanceNodeStatus>,
-    /// `Drained`.
+    /// EXTENSION (SPEC 6.1): the nodes the MaintenanceBudgets admitted this maintenance to act
+    /// on. Written before any of them is touched; absent while the maintenance is queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<NodeMaintenanceAdmission>,
+    /// `Admitted` (SPEC 6.1) and `Drained`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// Which nodes a maintenance was admitted to act on (SPEC 6.1).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMaintenanceAdmission {
+    /// The admitted nodes, in the order they were admitted. A node the selector matches later
+    /// waits for its own admission.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub nodes: Vec<AdmittedNode>,
+    /// When the Complete work gave the nodes back (their cordon restored): from then on no
+    /// budget counts them as unavailable.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
+    pub released_time: Option<Time>,
+}
+
+/// A node a maintenance was admitted to act on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmittedNode {
+    /// The node.
+    pub name: String,
+    /// When it was admitted.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
+    pub admitted_time: Option<Time>,
+}
+
+/// What a maintenance's status says of its admission (SPEC 6.1), see
+/// [`NodeMaintenance::admitted`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Admitted<'a> {
+    /// Not admitted (yet): the maintenance touches nothing.
+    Nothing,
+    /// These nodes are admitted.
+    Nodes(&'a NodeMaintenanceAdmission),
+    /// Every selected node: the maintenance acted before admissions were recorded (created
+    /// under an evictord without budgets), or its record was lost while `Admitted` stayed
+    /// `True` (a status written by such a build).
+    Every,
+}
+
+impl Admitted<'_> {
+    /// True when the node of that name is admitted.
+    pub fn admits(&self, node: &str) -> bool {
+        match self {
+            Admitted::Nothing => false,
+            Admitted::Nodes(a) => a.nodes.iter().any(|n| n.name == node),
+            Admitted::Every => true,
+        }
+    }
+
+    /// True once the Complete work gave the admitted nodes back.
+    pub fn released(&self) -> bool {
+        matches!(self, Admitted::Nodes(a) if a.released_time.is_some())
+    }
+
+    /// When the node of that name was admitted, if recorded.
+    pub fn admitted_time(&self, node: &str) -> Option<&Time> {
+        match self {
+            Admitted::Nodes(a) => a
+                .nodes
+                .iter()
+                .find(|n| n.name == node)
+                .and_then(|n| n.admitted_time.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl NodeMaintenance {
+    /// What the status says of the maintenance's admission (SPEC 6.1): the recorded nodes;
+    /// every node when it acted before admissions were recorded or lost its record with
+    /// `Admitted=True`; otherwise nothing.
+    pub fn admitted(&self) -> Admitted<'_> {
+        let Some(status) = self.status.as_ref() else {
+            return Admitted::Nothing;
+        };
+        if let Some(a) = &status.admission {
+            return Admitted::Nodes(a);
+        }
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == super::CONDITION_ADMITTED);
+        let acted = status.stage_statuses.iter().any(|s| s.name != Stage::Idle);
+        match condition {
+            Some(c) if c.status == "True" => Admitted::Every,
+            None if acted => Admitted::Every,
+            _ => Admitted::Nothing,
+        }
+    }
 }
 
 /// When a stage started.
