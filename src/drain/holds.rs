@@ -26,13 +26,19 @@ pub fn is_draining(nm: &NodeMaintenance) -> bool {
     nm.spec.stage() == Stage::Drain && !is_deleting(nm)
 }
 
-/// In stage Cordon or Drain and not being deleted: keeps its nodes cordoned (and what else a
-/// maintenance changed on them: the taint, held static pods).
+/// In stage Cordon or Drain and not being deleted: keeps the nodes it was admitted to act on
+/// cordoned (and what else a maintenance changed on them: the taint, held static pods).
 pub fn holds_nodes(nm: &NodeMaintenance) -> bool {
     matches!(nm.spec.stage(), Stage::Cordon | Stage::Drain) && !is_deleting(nm)
 }
 
-/// The maintenances that hold the node (see [`holds_nodes`]), in the order given.
+/// True when the maintenance holds this node: it is in Cordon or Drain ([`holds_nodes`]), selects
+/// the node, and was admitted to act on it (SPEC 6.1: a queued maintenance touches nothing).
+pub fn holds_node(nm: &NodeMaintenance, name: &str, labels: &BTreeMap<String, String>) -> bool {
+    holds_nodes(nm) && selects_node(nm, name, labels) && nm.admitted().admits(name)
+}
+
+/// The maintenances that hold the node (see [`holds_node`]), in the order given.
 pub fn holders<'a>(
     maintenances: impl IntoIterator<Item = &'a NodeMaintenance>,
     name: &str,
@@ -40,7 +46,7 @@ pub fn holders<'a>(
 ) -> Vec<&'a NodeMaintenance> {
     maintenances
         .into_iter()
-        .filter(|m| holds_nodes(m) && selects_node(m, name, labels))
+        .filter(|m| holds_node(m, name, labels))
         .collect()
 }
 
@@ -139,16 +145,36 @@ mod tests {
         [("pool".to_string(), pool.to_string())].into()
     }
 
+    /// The maintenance, admitted to act on these nodes (SPEC 6.1).
+    fn admitted(mut m: NodeMaintenance, nodes: &[&str]) -> NodeMaintenance {
+        m.status.get_or_insert_with(Default::default).admission =
+            Some(crate::api::NodeMaintenanceAdmission {
+                nodes: nodes
+                    .iter()
+                    .map(|n| crate::api::AdmittedNode {
+                        name: n.to_string(),
+                        admitted_time: None,
+                    })
+                    .collect(),
+                released_time: None,
+            });
+        m
+    }
+
     #[test]
-    fn holders_are_the_cordon_and_drain_maintenances_selecting_the_node() {
-        let mut deleting = nm("deleting", Stage::Drain, "a", 0);
+    fn holders_are_the_admitted_cordon_and_drain_maintenances_selecting_the_node() {
+        let mut deleting = admitted(nm("deleting", Stage::Drain, "a", 0), &["one"]);
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         let all = [
-            nm("idle", Stage::Idle, "a", 0),
-            nm("cordon", Stage::Cordon, "a", 0),
-            nm("drain", Stage::Drain, "a", 0),
-            nm("complete", Stage::Complete, "a", 0),
-            nm("other-pool", Stage::Drain, "b", 0),
+            admitted(nm("idle", Stage::Idle, "a", 0), &["one"]),
+            admitted(nm("cordon", Stage::Cordon, "a", 0), &["one"]),
+            admitted(nm("drain", Stage::Drain, "a", 0), &["one"]),
+            admitted(nm("complete", Stage::Complete, "a", 0), &["one"]),
+            admitted(nm("other-pool", Stage::Drain, "b", 0), &["one"]),
+            // Queued (SPEC 6.1): touches nothing.
+            nm("queued", Stage::Drain, "a", 0),
+            // Admitted on another node only: this one waits for its own admission.
+            admitted(nm("elsewhere", Stage::Drain, "a", 0), &["two"]),
             deleting,
         ];
         let names: Vec<&str> = holders(&all, "one", &labels("a"))

@@ -24,7 +24,9 @@ use crate::api::{
 };
 use crate::cluster::CachedPod;
 use crate::controller::eviction_request::{implicit_interceptors, target_interceptors};
-use crate::controller::node_maintenance::gather::{drain_input, has_node_agent, selects};
+use crate::controller::node_maintenance::gather::{
+    as_admitted, drain_input, has_node_agent, selects,
+};
 use crate::drain::{DrainPod, Leaving, plan_drain};
 
 /// The maintenance `kubectl evictord drain` creates: these nodes by name (one `matchFields` term
@@ -204,6 +206,8 @@ pub fn preview(
     mine.spec.drain_plan = canonical_drain_plan(&planned.spec.drain_plan);
     // The newest maintenance: created now (older ones keep precedence, as they will).
     mine.metadata.creation_timestamp = Some(Time(now));
+    // Shown as admitted: the order in which its pods leave once budgets let it act (SPEC 6.1).
+    let mine = as_admitted(mine);
     let mut maintenances: Vec<Arc<NodeMaintenance>> = existing
         .iter()
         .filter(|m| m.metadata.name.as_deref() != Some(name.as_str()))

@@ -269,7 +269,8 @@ mod tests {
             }],
             ..Default::default()
         });
-        m
+        // Admitted (SPEC 6.1): a queued maintenance targets nothing.
+        crate::controller::node_maintenance::gather::as_admitted(m)
     }
 
     fn run(

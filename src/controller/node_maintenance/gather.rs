@@ -8,12 +8,80 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::{EvictionRequest, NodeMaintenance, Registration};
+use crate::api::{Admitted, EvictionRequest, MaintenanceBudget, NodeMaintenance, Registration};
 use crate::cluster::CachedPod;
+use crate::drain::admission::{AdmissionInput, BudgetInput, MaintenanceState, NodeState};
 use crate::drain::holds::selects_node;
 pub use crate::drain::holds::{holds_nodes, is_draining};
 pub use crate::drain::leaving::has_node_agent;
 use crate::drain::{DrainInput, DrainPod, Leaving, MaintenanceInput};
+
+/// True when the node's `Ready` condition is `True`.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The admission's view of a node (SPEC 6.1).
+pub fn node_state(node: &Node) -> NodeState {
+    NodeState {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        ready: is_ready(node),
+        unschedulable: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+    }
+}
+
+/// The admission's view of a maintenance (SPEC 6.1): whether it wants its nodes (Cordon or
+/// Drain, not being deleted), the nodes it selects, those admitted, and whether they count.
+pub fn maintenance_state(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> MaintenanceState {
+    let selected: BTreeSet<String> = nodes
+        .iter()
+        .filter(|n| selects(nm, n))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let admitted = nm.admitted();
+    MaintenanceState {
+        name: nm.metadata.name.clone().unwrap_or_default(),
+        created: nm
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+        wants: holds_nodes(nm),
+        admitted: match admitted {
+            Admitted::Nothing => BTreeSet::new(),
+            Admitted::Nodes(a) => a.nodes.iter().map(|n| n.name.clone()).collect(),
+            Admitted::Every => selected.clone(),
+        },
+        selected,
+        recorded: matches!(admitted, Admitted::Nodes(_)),
+        holding: !matches!(admitted, Admitted::Nothing) && !admitted.released(),
+    }
+}
+
+/// The input of [`admit`](crate::drain::admission::admit) over every node, budget and
+/// maintenance.
+pub fn admission_input(
+    nodes: &[Arc<Node>],
+    budgets: &[Arc<MaintenanceBudget>],
+    maintenances: &[Arc<NodeMaintenance>],
+) -> AdmissionInput {
+    AdmissionInput {
+        nodes: nodes.iter().map(|n| node_state(n)).collect(),
+        budgets: budgets.iter().map(|b| BudgetInput::of(b)).collect(),
+        maintenances: maintenances
+            .iter()
+            .map(|m| maintenance_state(m, nodes))
+            .collect(),
+    }
+}
 
 /// True when the maintenance selects the node.
 pub fn selects(nm: &NodeMaintenance, node: &Node) -> bool {
@@ -40,6 +108,68 @@ pub fn selected_nodes(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> Vec<String> 
     }
     ordered.extend(matched);
     ordered
+}
+
+/// The selected nodes the maintenance was admitted to act on (SPEC 6.1), in the order of
+/// [`selected_nodes`].
+pub fn admitted_nodes(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> Vec<String> {
+    let admitted = nm.admitted();
+    selected_nodes(nm, nodes)
+        .into_iter()
+        .filter(|n| admitted.admits(n))
+        .collect()
+}
+
+/// The selected nodes still waiting for their admission (SPEC 6.1).
+pub fn waiting_nodes(nm: &NodeMaintenance, nodes: &[Arc<Node>]) -> Vec<String> {
+    let admitted = nm.admitted();
+    selected_nodes(nm, nodes)
+        .into_iter()
+        .filter(|n| !admitted.admits(n))
+        .collect()
+}
+
+/// The maintenance as if admitted on every node it selects (when no admission is recorded):
+/// previews show the order in which its pods leave once it is admitted.
+pub fn as_admitted(mut nm: NodeMaintenance) -> NodeMaintenance {
+    if nm.admitted() == Admitted::Nothing {
+        let status = nm.status.get_or_insert_with(Default::default);
+        status.admission = None;
+        status.conditions = crate::api::with_condition(
+            &status.conditions,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: crate::api::CONDITION_ADMITTED.into(),
+                status: "True".into(),
+                reason: crate::api::REASON_ADMITTED.into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    Timestamp::UNIX_EPOCH,
+                ),
+            },
+        );
+    }
+    nm
+}
+
+/// When the maintenance joined the drain: its first admission, or its creation when the
+/// admission time is not recorded. A maintenance a budget queued joins as if created then
+/// (SPEC 6.1), so that one that waited does not count as older than those that drained meanwhile.
+pub fn joined(nm: &NodeMaintenance) -> Timestamp {
+    let created = nm
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+    match nm.admitted() {
+        Admitted::Nodes(a) => a
+            .nodes
+            .iter()
+            .filter_map(|n| n.admitted_time.as_ref().map(|t| t.0))
+            .min()
+            .map_or(created, |t| t.max(created)),
+        _ => created,
+    }
 }
 
 /// Pods pending evacuation and pods evacuating over the draining maintenances, for the gauges.
@@ -70,8 +200,11 @@ pub fn drain_input<R: std::ops::Deref<Target = EvictionRequest>>(
     request: impl Fn(&str, &str) -> Option<R>,
     daemonset_interceptor: bool,
 ) -> DrainInput {
-    let mut draining: Vec<&Arc<NodeMaintenance>> =
-        maintenances.iter().filter(|m| is_draining(m)).collect();
+    // A queued maintenance takes no part (SPEC 6.1).
+    let mut draining: Vec<&Arc<NodeMaintenance>> = maintenances
+        .iter()
+        .filter(|m| is_draining(m) && m.admitted() != Admitted::Nothing)
+        .collect();
     // A stable order: the algorithm sorts by age itself, but output order follows the input.
     draining.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let inputs: Vec<MaintenanceInput> = draining
@@ -80,15 +213,11 @@ pub fn drain_input<R: std::ops::Deref<Target = EvictionRequest>>(
             let status = nm.status.clone().unwrap_or_default();
             MaintenanceInput {
                 name: nm.metadata.name.clone().unwrap_or_default(),
-                created: nm
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+                created: joined(nm),
                 plan: nm.spec.drain_plan.clone(),
                 drain_plan_position: status.drain_plan_position,
                 node_statuses: status.node_statuses,
-                nodes: selected_nodes(nm, nodes),
+                nodes: admitted_nodes(nm, nodes),
             }
         })
         .collect();
@@ -199,7 +328,11 @@ mod tests {
             },
         );
         nm.metadata.creation_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        // Admitted everywhere (SPEC 6.1); the rows below that need a queued one remove it.
+        let nm = as_admitted(nm);
+        let mut nm = nm;
         nm.status = Some(NodeMaintenanceStatus {
+            conditions: nm.status.take().unwrap_or_default().conditions,
             node_statuses: recorded
                 .iter()
                 .map(|n| NodeMaintenanceNodeStatus {
