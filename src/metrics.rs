@@ -73,6 +73,13 @@ pub struct RequesterLabel {
     pub requester: String,
 }
 
+/// Label `reason` of the queued maintenances gauge (SPEC 6.1).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueReasonLabel {
+    /// `BudgetExhausted`, `OutsideWindow` or `TooLarge`.
+    pub reason: &'static str,
+}
+
 /// Label `stage`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabel {
@@ -104,6 +111,8 @@ pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not
 pub const NODE_AGENT_MOVE_RESULTS: &[&str] = &["held", "restored"];
 /// The `controller` values of the reconcile metrics.
 pub const CONTROLLERS: &[&str] = &["evictionrequest", "nodemaintenance"];
+/// The `reason` values of `nodemaintenance_controller_queued_maintenances` (SPEC 6.1).
+pub const QUEUE_REASONS: &[&str] = &["BudgetExhausted", "OutsideWindow", "TooLarge"];
 /// The `source` values of `evictord_unregistered_interceptors`.
 pub const UNREGISTERED_SOURCES: &[&str] = &["pod_admission", "activation"];
 
@@ -168,6 +177,11 @@ pub struct Metrics {
     pub daemonset_pods: Family<ResultLabel, Counter>,
     /// Unregistered interceptors met (SPEC 5.5), by source: `pod_admission`, `activation`.
     pub unregistered_interceptors: Family<SourceLabel, Counter>,
+    /// Admissions of maintenances (or of nodes a maintenance selected later) by the
+    /// MaintenanceBudgets (SPEC 6.1).
+    pub admissions: Counter,
+    /// Maintenances in Cordon or Drain held back by a MaintenanceBudget, by reason.
+    pub queued_maintenances: Family<QueueReasonLabel, Gauge>,
     registry: Registry,
 }
 
@@ -213,6 +227,8 @@ impl Metrics {
             hpa_time_to_available: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             daemonset_pods: Family::default(),
             unregistered_interceptors: Family::default(),
+            admissions: Counter::default(),
+            queued_maintenances: Family::default(),
             registry: Registry::default(),
         };
         m.zero_series();
@@ -352,6 +368,16 @@ impl Metrics {
             "Interceptors no EvictionInterceptor registers, met at pod admission (rule P8) or on activation",
             m.unregistered_interceptors.clone(),
         );
+        r.register(
+            "nodemaintenance_controller_admissions",
+            "NodeMaintenances (or nodes they selected later) admitted by the MaintenanceBudgets",
+            m.admissions.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_queued_maintenances",
+            "NodeMaintenances in Cordon or Drain a MaintenanceBudget holds back, by reason",
+            m.queued_maintenances.clone(),
+        );
         m
     }
 
@@ -388,6 +414,12 @@ impl Metrics {
             let label = ControllerLabel { controller };
             drop(self.reconcile_retries.get_or_create(&label));
             drop(self.reconcile_duration.get_or_create(&label));
+        }
+        for &reason in QUEUE_REASONS {
+            drop(
+                self.queued_maintenances
+                    .get_or_create(&QueueReasonLabel { reason }),
+            );
         }
         for &source in UNREGISTERED_SOURCES {
             drop(
@@ -455,6 +487,8 @@ mod tests {
             "evictord_reconcile_retries_total{controller=\"nodemaintenance\"} 0",
             "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
             "evictord_unregistered_interceptors_total{source=\"activation\"} 0",
+            "nodemaintenance_controller_admissions_total 0",
+            "nodemaintenance_controller_queued_maintenances{reason=\"TooLarge\"} 0",
         ] {
             assert!(text.contains(series), "{series} in\n{text}");
         }

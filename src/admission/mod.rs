@@ -1,5 +1,5 @@
 //! Admission: one pure `review` function per resource (EvictionRequest, Pod, NodeMaintenance,
-//! EvictionInterceptor)
+//! EvictionInterceptor, MaintenanceBudget)
 //! and one thin generic HTTP handler that decodes an AdmissionReview, calls the review and
 //! encodes the answer.
 //!
@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod eviction_interceptor;
 pub mod eviction_request;
 pub mod http;
+pub mod maintenance_budget;
 pub mod names;
 pub mod node_maintenance;
 pub mod offline;

@@ -15,6 +15,9 @@
 //! - N6 the user may delete every selected node (on UPDATE: of the new and, if it changed, the
 //!   old selector) — `nodes`. Only writes that can change what happens to nodes are checked:
 //!   see [`needs_node_authorization`].
+//! - N7 warning: a MaintenanceBudget selects more of its nodes than it ever allows at once, so
+//!   the maintenance will never be admitted (`TooLarge`, SPEC 6.1) — repeated with N5, see
+//!   [`maintenance_budget`](super::maintenance_budget).
 //!
 //! On UPDATE only the fields that changed are validated again (ratcheting, as kube-apiserver
 //! does for CRD schemas): an object admitted under older rules can still be moved to Complete
@@ -40,6 +43,7 @@ pub use nodes::{matched_nodes, needs_node_authorization, node_access_checks};
 
 use kube::core::admission::Operation;
 
+use crate::admission::maintenance_budget::warn_too_large;
 use crate::admission::{ReviewRequest, Settings, Verdict};
 use crate::api::{NodeMaintenance, NodeMaintenanceSpec, Stage};
 use crate::cluster::ClusterView;
@@ -65,6 +69,7 @@ pub fn review_node_maintenance(
             check_new_spec(&new.spec, &mut verdict);
             if verdict.allowed() {
                 nodes::warn_about_selected_nodes(&new.spec.node_selector, view, &mut verdict);
+                warn_too_large(new, view, &mut verdict);
             }
         }
         (Operation::Update, Some(old), Some(new)) => {
@@ -74,6 +79,7 @@ pub fn review_node_maintenance(
                 && selection_worth_warning(&old.spec, &new.spec)
             {
                 nodes::warn_about_selected_nodes(&new.spec.node_selector, view, &mut verdict);
+                warn_too_large(new, view, &mut verdict);
             }
         }
         (Operation::Delete, Some(_), _) => {}

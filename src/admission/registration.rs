@@ -20,6 +20,8 @@ pub const PATH_VALIDATE_NODE_MAINTENANCES: &str = "/validate/nodemaintenances";
 pub const PATH_MUTATE_NODE_MAINTENANCES: &str = "/mutate/nodemaintenances";
 /// Path of the EvictionInterceptor validating webhook.
 pub const PATH_VALIDATE_EVICTION_INTERCEPTORS: &str = "/validate/evictioninterceptors";
+/// Path of the MaintenanceBudget validating webhook.
+pub const PATH_VALIDATE_MAINTENANCE_BUDGETS: &str = "/validate/maintenancebudgets";
 /// Path of the Pod validating webhook.
 pub const PATH_VALIDATE_PODS: &str = "/validate/pods";
 /// Path of the Eviction API bridge (`pods/eviction` CREATE).
@@ -70,8 +72,8 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
-/// The validating configuration: EvictionRequests (incl. status), NodeMaintenances and
-/// EvictionInterceptors with `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked), and the Eviction
+/// The validating configuration: EvictionRequests (incl. status), NodeMaintenances,
+/// EvictionInterceptors and MaintenanceBudgets with `failurePolicy: Fail`, Pods with `Ignore` (and `matchConditions` when asked), and the Eviction
 /// API bridge on `pods/eviction` with `Ignore`, `sideEffects: NoneOnDryRun` and a short timeout.
 pub fn validating(
     name: &str,
@@ -142,6 +144,16 @@ pub fn validating(
                 vec![rule(
                     crate::api::GROUP,
                     &["evictioninterceptors", "evictioninterceptors/status"],
+                    &["CREATE", "UPDATE"],
+                )],
+                true,
+            ),
+            hook(
+                "maintenancebudgets.validate.evictord.dev",
+                PATH_VALIDATE_MAINTENANCE_BUDGETS,
+                vec![rule(
+                    crate::api::GROUP,
+                    &["maintenancebudgets"],
                     &["CREATE", "UPDATE"],
                 )],
                 true,

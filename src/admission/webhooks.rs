@@ -1,5 +1,5 @@
 //! The webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating,
-//! EvictionInterceptors, and the Eviction API bridge) and the router that serves them, one typed
+//! EvictionInterceptors, MaintenanceBudgets, and the Eviction API bridge) and the router that serves them, one typed
 //! route each: the pure reviews through the one generic handler, the bridge through its own thin shell (it writes the
 //! EvictionRequest it hands the call to).
 
@@ -11,15 +11,15 @@ use axum::Router;
 use super::http::{AdmissionState, Webhook, route};
 use super::registration::{
     PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_INTERCEPTORS,
-    PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS,
-    PATH_VALIDATE_PODS,
+    PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_MAINTENANCE_BUDGETS,
+    PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
 };
 use super::{
-    Lookups, ReviewRequest, eviction_interceptor, eviction_request, node_maintenance, pod,
-    pod_eviction,
+    Lookups, ReviewRequest, eviction_interceptor, eviction_request, maintenance_budget,
+    node_maintenance, pod, pod_eviction,
 };
 use crate::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
-use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance};
 use crate::cluster::{ClusterView, PodLookup};
 
 /// The EvictionRequest rules' view of a decoded request.
@@ -145,6 +145,16 @@ pub static VALIDATE_EVICTION_INTERCEPTORS: Webhook<EvictionInterceptor> = Webhoo
     sub_resources: &["status"],
 };
 
+/// Validates MaintenanceBudgets (SPEC 6.1; the B4 warning reads the nodes).
+pub static VALIDATE_MAINTENANCE_BUDGETS: Webhook<MaintenanceBudget> = Webhook {
+    resource: "maintenancebudgets",
+    kind: "validate",
+    lookups: no_lookups,
+    review: |req, view, _settings| maintenance_budget::review_maintenance_budget(req, view),
+    needs_cluster: |req| !req.is_status(),
+    sub_resources: &[],
+};
+
 /// The webhook router (POST routes; bodies of at most 3 MiB, read within 10 s).
 pub fn router(state: Arc<AdmissionState>) -> Router {
     let r = Router::new();
@@ -164,6 +174,11 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         r,
         PATH_VALIDATE_EVICTION_INTERCEPTORS,
         &VALIDATE_EVICTION_INTERCEPTORS,
+    );
+    let r = route(
+        r,
+        PATH_VALIDATE_MAINTENANCE_BUDGETS,
+        &VALIDATE_MAINTENANCE_BUDGETS,
     );
     let r = r.route(
         PATH_VALIDATE_POD_EVICTIONS,

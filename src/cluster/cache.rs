@@ -1,7 +1,12 @@
 //! The shared watch caches: one reflector per resource (pods trimmed to [`CachedPod`], nodes
-//! trimmed to name/labels/unschedulable/annotations, NodeMaintenances, EvictionRequests,
-//! EvictionInterceptors). The webhook reads the stores; the controllers subscribe to the change
-//! streams. `/readyz` waits for [`Caches::synced`].
+//! trimmed to name/labels/unschedulable/taints/annotations/Ready, NodeMaintenances,
+//! EvictionRequests, EvictionInterceptors, MaintenanceBudgets). The webhook reads the stores; the
+//! controllers subscribe to the change streams. `/readyz` waits for [`Caches::synced`].
+//!
+//! The MaintenanceBudget cache is not part of [`Caches::synced`] either: an evictord upgraded
+//! without its new CRD (Helm does not upgrade CRDs) must still serve. Until it has synced, the
+//! webhook's budget warnings are skipped, and the admission of maintenances confirms every decision
+//! with a consistent read of the budgets (a missing CRD means no budget).
 //!
 //! The EvictionInterceptor cache is not part of [`Caches::synced`]: until it has synced (or
 //! when its CRD is missing, e.g. after a chart upgrade that did not apply the new CRD), every
@@ -22,7 +27,7 @@ use tracing::{debug, warn};
 use super::CachedPod;
 use super::budget::Budgets;
 use crate::api::{
-    EvictionInterceptor, EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION,
+    EvictionInterceptor, EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget,
     NODE_AGENT_ANNOTATION, NodeMaintenance, Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
 };
 
@@ -105,8 +110,11 @@ pub struct Caches {
     /// PodDisruptionBudgets (not part of [`Caches::synced`]: until they are, a refused eviction
     /// waits out its backoff).
     pub budgets: Arc<Budgets>,
+    /// MaintenanceBudgets (SPEC 6.1; not part of [`Caches::synced`], see the module docs).
+    pub maintenance_budgets: Watched<MaintenanceBudget>,
     synced: watch::Sender<bool>,
     interceptors_synced: watch::Sender<bool>,
+    maintenance_budgets_synced: watch::Sender<bool>,
 }
 
 impl Caches {
@@ -127,9 +135,19 @@ impl Caches {
             eviction_interceptors: interceptors
                 .then(|| spawn_watch(Api::all(client.clone()), trim_meta)),
             budgets: Budgets::start(client),
+            maintenance_budgets: spawn_watch(Api::all(client.clone()), trim_meta),
             synced: watch::channel(false).0,
             interceptors_synced: watch::channel(false).0,
+            maintenance_budgets_synced: watch::channel(false).0,
         });
+        {
+            let (store, c) = (caches.maintenance_budgets.store.clone(), caches.clone());
+            tokio::spawn(async move {
+                let ok = store.wait_until_ready().await.is_ok();
+                debug!(ok, "MaintenanceBudget cache synced");
+                c.maintenance_budgets_synced.send_replace(ok);
+            });
+        }
         if let Some(w) = &caches.eviction_interceptors {
             let (store, c) = (w.store.clone(), caches.clone());
             tokio::spawn(async move {
@@ -161,6 +179,12 @@ impl Caches {
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// Every MaintenanceBudget, once the cache has synced (`None` before, or while the CRD is
+    /// missing).
+    pub fn maintenance_budgets(&self) -> Option<Vec<Arc<MaintenanceBudget>>> {
+        (*self.maintenance_budgets_synced.borrow()).then(|| self.maintenance_budgets.all())
     }
 
     /// The cached EvictionInterceptor of that name: `None` while unknown (registration off, or
@@ -249,7 +273,8 @@ fn trim_meta<K: Resource>(obj: &mut K) {
 }
 
 /// Nodes keep name, labels, the unschedulable flag, the taints (the maintenance taint is written
-/// as part of the whole list) and evictord's own annotations.
+/// as part of the whole list), evictord's own annotations and the status of the `Ready`
+/// condition (maintenance budgets count NotReady nodes, SPEC 6.1).
 fn trim_node(node: &mut Node) {
     let m = &mut node.metadata;
     m.managed_fields = None;
@@ -266,7 +291,20 @@ fn trim_node(node: &mut Node) {
         taints: spec.taints,
         ..Default::default()
     });
-    node.status = None;
+    let ready = node
+        .status
+        .take()
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .map(|c| k8s_openapi::api::core::v1::NodeCondition {
+            type_: c.type_,
+            status: c.status,
+            ..Default::default()
+        });
+    node.status = ready.map(|c| k8s_openapi::api::core::v1::NodeStatus {
+        conditions: Some(vec![c]),
+        ..Default::default()
+    });
 }
 
 #[cfg(test)]

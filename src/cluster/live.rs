@@ -12,7 +12,7 @@ use super::{
     AccessCheck, Authorization, Authorizer, CachedPod, Caches, ClusterView, Lookup, Lookups,
     PodLookup,
 };
-use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
+use crate::api::{EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance};
 
 /// What the server needs to prepare lookups.
 pub struct LiveContext {
@@ -127,6 +127,12 @@ impl ClusterView for LiveView<'_> {
 
     fn eviction_interceptor(&self, name: &str) -> Lookup<Arc<EvictionInterceptor>> {
         interceptor_lookup(self.caches, name)
+    }
+
+    fn maintenance_budgets(&self) -> Lookup<Vec<Arc<MaintenanceBudget>>> {
+        self.caches
+            .maintenance_budgets()
+            .map_or(Lookup::Unknown, Lookup::Found)
     }
 }
 

@@ -9,7 +9,9 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Node;
 
 use super::CachedPod;
-use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance, Registration};
+use crate::api::{
+    EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance, Registration,
+};
 
 /// The answer of a lookup.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,6 +127,10 @@ pub trait ClusterView: Send + Sync {
         let _ = name;
         Lookup::Unknown
     }
+    /// Every MaintenanceBudget (SPEC 6.1). A view that does not watch them answers `Unknown`.
+    fn maintenance_budgets(&self) -> Lookup<Vec<Arc<MaintenanceBudget>>> {
+        Lookup::Unknown
+    }
 }
 
 /// What `view` knows of the registration of the interceptor `name` (evictord's own
@@ -159,6 +165,8 @@ pub struct StaticView {
     /// EvictionInterceptors by name; `None`: unknown (not part of the view), so that a view of
     /// pods alone does not report every interceptor as unregistered.
     pub eviction_interceptors: Option<BTreeMap<String, Arc<EvictionInterceptor>>>,
+    /// MaintenanceBudgets; `None`: unknown (not part of the view).
+    pub maintenance_budgets: Option<Vec<Arc<MaintenanceBudget>>>,
 }
 
 impl StaticView {
@@ -199,6 +207,7 @@ impl StaticView {
                 .collect(),
             authorization: None,
             eviction_interceptors: None,
+            maintenance_budgets: None,
         }
     }
 
@@ -266,6 +275,13 @@ impl ClusterView for StaticView {
                 Some(i) => Lookup::Found(i.clone()),
                 None => Lookup::Missing,
             },
+            None => Lookup::Unknown,
+        }
+    }
+
+    fn maintenance_budgets(&self) -> Lookup<Vec<Arc<MaintenanceBudget>>> {
+        match &self.maintenance_budgets {
+            Some(all) => Lookup::Found(all.clone()),
             None => Lookup::Unknown,
         }
     }

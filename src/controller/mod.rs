@@ -128,6 +128,17 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             ctx,
             term.clone(),
         )));
+        // The admission of maintenances by MaintenanceBudgets (SPEC 6.1): one loop, so that
+        // decisions never overlap.
+        let admission = Arc::new(node_maintenance::admission::Context {
+            client: client.clone(),
+            caches: caches.clone(),
+            recorder: Recorder::new(client.clone(), reporter("evictord")),
+        });
+        tasks.push(tokio::spawn(node_maintenance::admission::run(
+            admission,
+            term.clone(),
+        )));
     }
     // One HorizontalPodAutoscaler cache for the Deployment and HPA interceptors.
     let (autoscaling, autoscalers) = if args.deployment_interceptor || args.hpa_interceptor {

@@ -114,6 +114,7 @@ pub struct NodeBuilder {
     name: String,
     labels: BTreeMap<String, String>,
     unschedulable: bool,
+    ready: bool,
 }
 
 /// A node named `name`. Nodes are cluster-scoped: give each test its own names.
@@ -122,6 +123,7 @@ pub fn node(name: &str) -> NodeBuilder {
         name: name.into(),
         labels: BTreeMap::new(),
         unschedulable: false,
+        ready: false,
     }
 }
 
@@ -133,6 +135,12 @@ impl NodeBuilder {
     /// Cordoned before any maintenance.
     pub fn unschedulable(mut self) -> Self {
         self.unschedulable = true;
+        self
+    }
+    /// With a `Ready=True` condition (written to the status once created), as a kubelet reports
+    /// it: maintenance budgets count a node without one as unavailable.
+    pub fn ready(mut self) -> Self {
+        self.ready = true;
         self
     }
 
@@ -149,10 +157,40 @@ impl NodeBuilder {
 
     pub async fn create(&self, client: &Client) -> k8s_openapi::api::core::v1::Node {
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        api.create(&PostParams::default(), &self.build())
+        let node = api
+            .create(&PostParams::default(), &self.build())
             .await
-            .unwrap_or_else(|e| panic!("creating node {}: {e}", self.name))
+            .unwrap_or_else(|e| panic!("creating node {}: {e}", self.name));
+        if !self.ready {
+            return node;
+        }
+        set_node_ready(client, &self.name, true).await
     }
+}
+
+/// Sets the node's `Ready` condition to `True` or `False` (the status a kubelet reports).
+pub async fn set_node_ready(
+    client: &Client,
+    name: &str,
+    ready: bool,
+) -> k8s_openapi::api::core::v1::Node {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let now = jiff::Timestamp::now().to_string();
+    let patch = json!({"status": {"conditions": [{
+        "type": "Ready",
+        "status": if ready { "True" } else { "False" },
+        "reason": if ready { "KubeletReady" } else { "KubeletNotReady" },
+        "message": "set by the test",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }]}});
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(&patch),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("setting node {name} ready={ready}: {e}"))
 }
 
 /// Creates a PriorityClass (scheduling.k8s.io/v1) of that value, if it does not exist yet.

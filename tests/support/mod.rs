@@ -7,6 +7,7 @@
 
 pub mod apiserver;
 pub mod audit;
+pub mod budget;
 pub mod chaos;
 pub mod control_plane;
 pub mod daemonset;

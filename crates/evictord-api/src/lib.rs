@@ -98,6 +98,13 @@ pub fn parse_interceptor_list(value: &str) -> Vec<String> {
     value.split(',').map(|s| s.trim().to_string()).collect()
 }
 
+/// Label of the objects `kubectl evictord rollout` creates (its MaintenanceBudget and its
+/// NodeMaintenances): the rollout's name. The same command finds them by it to resume.
+pub const ROLLOUT_LABEL: &str = "evictord.dev/rollout";
+/// Annotation on a rollout's NodeMaintenance: the state of the rollout's per-node step (JSON:
+/// state, boot ID before, times), so that a resumed rollout never runs a finished step again.
+pub const ROLLOUT_STEP_ANNOTATION: &str = "evictord.dev/rollout-step";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,11 +105,11 @@ pub struct MaintenanceBudgetStatus {
     /// How many selected nodes are unavailable now.
     #[serde(default)]
     pub current_unavailable: i32,
-    /// The unavailable nodes and why (at most 100 listed).
+    /// The unavailable nodes and why (at most 100 listed, by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unavailable_nodes: Vec<UnavailableNode>,
-    /// Selected nodes cordoned by someone else than an admitted maintenance (at most 100
-    /// listed). They still run their pods and are not counted as unavailable.
+    /// Selected Ready nodes cordoned by someone else than an admitted maintenance (at most 100
+    /// listed, by name). They still run their pods and are not counted as unavailable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cordoned_nodes: Vec<String>,
     /// The admitted maintenances holding some of the selected nodes, oldest first.

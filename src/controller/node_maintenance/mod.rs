@@ -6,14 +6,19 @@
 //! - [`cordon`]: cordoning a node (remembering its previous flag) and restoring it;
 //! - [`requests`]: which EvictionRequests to create or join while draining, and which to withdraw
 //!   from or delete in Complete;
+//! - [`admitted`]: the admission record and `Admitted` condition (SPEC 6.1), decided by
+//!   [`admit`](crate::drain::admission::admit) in the [`admission`] loop;
 //! - [`gather`]: the selected nodes and the whole-cluster input of
 //!   [`plan_drain`](crate::drain::plan_drain) (drain targets, SPEC 3.4), from cache snapshots.
 //!
 //! The shell: [`reconciler`] (the kube-runtime controller, events, metrics) and [`writes`] (one
 //! function per API write).
 
+pub mod admission;
+pub mod admitted;
 pub mod cordon;
 pub mod gather;
+pub mod gauges;
 pub mod reconciler;
 pub mod requests;
 pub mod stages;

@@ -24,11 +24,13 @@ use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::admitted::{released, waiting_statuses, with_pending};
 use super::cordon::{NodePatch, cordon, restore};
 use super::gather::{
-    drain_input, evacuation_totals, holds_nodes, is_draining, mark_unregistered, selected_nodes,
-    selects,
+    admitted_nodes, drain_input, holds_nodes, is_draining, mark_unregistered, selects,
+    waiting_nodes,
 };
+use super::gauges::refresh_gauges;
 use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
 use super::stages::{
     Lifecycle, drain_started, finalizers_without_ours, lifecycle, stage_statuses_with,
@@ -40,7 +42,7 @@ use crate::api::{
 };
 use crate::cluster::{CachedPod, Caches};
 use crate::drain::{DrainEvent, DrainOutput, MaintenanceOutput, plan_drain};
-use crate::metrics::{ControllerLabel, StageLabel, metrics};
+use crate::metrics::{ControllerLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder};
 
 const CONTROLLER: &str = "nodemaintenance";
@@ -222,7 +224,10 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     }
 
     let nodes = ctx.caches.nodes.all();
-    let selected = selected_nodes(&current, &nodes);
+    // Only the nodes it was admitted to act on (SPEC 6.1); the others wait, untouched.
+    let selected = admitted_nodes(&current, &nodes);
+    let waiting = waiting_nodes(&current, &nodes);
+    with_pending(&current, &mut status, now.0);
     let mut first_error: Option<Error> = None;
     let mut done = true;
     // Drain: every maintenance in Drain resolved at once (drain targets couple them).
@@ -249,10 +254,14 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
             );
         }
         Stage::Complete => {
-            keep(
-                &mut first_error,
-                restore_nodes(ctx, &current, &selected, &nodes).await,
-            );
+            let restored = restore_nodes(ctx, &current, &selected, &nodes).await;
+            // The nodes are given back: no budget counts them any more.
+            if restored.is_ok()
+                && let Some(record) = released(&current, &selected, now.0)
+            {
+                status.admission = Some(record);
+            }
+            keep(&mut first_error, restored);
             match complete_requests(ctx, &selected, &nodes).await {
                 Ok(finished) => done = finished,
                 Err(e) => {
@@ -262,17 +271,31 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
             }
         }
     }
+    if matches!(stage, Stage::Cordon | Stage::Drain) && !waiting.is_empty() {
+        // Nodes queued by a budget say which budget holds them; those admitted follow.
+        let mut lines = drain
+            .as_ref()
+            .and_then(|(mine, _)| mine.as_ref())
+            .map(|m| m.node_statuses.clone())
+            .unwrap_or_default();
+        lines.extend(waiting_statuses(&current, &waiting));
+        status.node_statuses = lines;
+    }
     if let Some((Some(mine), pods)) = &drain {
+        // Drained only once every selected node was admitted and drained.
+        let drained = mine.drained && waiting.is_empty();
         status.drain_plan_position = Some(mine.drain_plan_position);
-        status.node_statuses = mine.node_statuses.clone();
+        if waiting.is_empty() {
+            status.node_statuses = mine.node_statuses.clone();
+        }
         status.conditions = with_drained_condition(
             &status.conditions,
-            mine.drained,
+            drained,
             current.metadata.generation,
             now.clone(),
         );
         notes.extend(mine.events.iter().map(drain_note));
-        if mine.drained && !old_status.is_true(CONDITION_DRAINED) {
+        if drained && !old_status.is_true(CONDITION_DRAINED) {
             if let Some(start) = drain_started(&status.stage_statuses) {
                 let secs = now.0.duration_since(start.0).as_secs_f64();
                 metrics().drain_duration.observe(secs.max(0.0));
@@ -406,7 +429,10 @@ async fn restore_nodes(
         .collect();
     let mut first = None;
     for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
-        let held = others.iter().any(|m| selects(m, node));
+        let name = node.name_any();
+        let held = others
+            .iter()
+            .any(|m| selects(m, node) && m.admitted().admits(&name));
         if let Some(change) = restore(node, held) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
             if result.is_ok() {
@@ -514,23 +540,6 @@ async fn publish(ctx: &Context, nm: &NodeMaintenance, notes: &[Note]) {
             warn!(error = %err, reason = n.reason, "could not record event");
         }
     }
-}
-
-/// Maintenances per stage and pods pending / evacuating, from the cache.
-fn refresh_gauges(caches: &Caches) {
-    let m = metrics();
-    let all = caches.node_maintenances.all();
-    for stage in Stage::ALL {
-        let count = all.iter().filter(|nm| nm.spec.stage() == stage).count();
-        m.maintenances
-            .get_or_create(&StageLabel {
-                stage: stage.as_str(),
-            })
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
-    }
-    let (pending, evacuating) = evacuation_totals(&all);
-    m.pods_pending_evacuation.set(pending);
-    m.pods_evacuating.set(evacuating);
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use super::cordon::NodePatch;
 use super::requests::{REQUESTED_FOR_NODE_ANNOTATION, RequestAction};
 use crate::api::{
-    EvictionRequest, EvictionRequestSpec, EvictionTarget, NODE_MAINTENANCE_REQUESTER,
-    NodeMaintenance, NodeMaintenanceStatus, PodReference, Requester, Stage, pod_owner_reference,
+    EvictionRequest, EvictionRequestSpec, EvictionTarget, MaintenanceBudget,
+    MaintenanceBudgetStatus, NODE_MAINTENANCE_REQUESTER, NodeMaintenance, NodeMaintenanceStatus,
+    PodReference, Requester, Stage, pod_owner_reference,
 };
 
 /// A failed write (retried by the controller's error policy).
@@ -37,6 +38,12 @@ pub enum Error {
     /// Creating, joining, withdrawing from or deleting an EvictionRequest failed.
     #[error("{0} EvictionRequest {1}: {2}")]
     Request(&'static str, String, #[source] kube::Error),
+    /// The consistent read an admission is confirmed with failed (SPEC 6.1).
+    #[error("reading the {0} for an admission: {1}")]
+    AdmissionRead(&'static str, #[source] kube::Error),
+    /// Writing a MaintenanceBudget's status failed.
+    #[error("patching the status of MaintenanceBudget {0}: {1}")]
+    BudgetStatus(String, #[source] kube::Error),
 }
 
 impl Error {
@@ -47,7 +54,9 @@ impl Error {
             | Error::Stage(_, e)
             | Error::Status(_, e)
             | Error::Node(_, e)
-            | Error::Request(_, _, e) => e,
+            | Error::Request(_, _, e)
+            | Error::BudgetStatus(_, e)
+            | Error::AdmissionRead(_, e) => e,
         };
         crate::controller::is_conflict(e)
     }
@@ -107,6 +116,44 @@ pub async fn write_status(
     api.patch_status(&name, &PatchParams::default(), &patch)
         .await
         .map_err(|e| Error::Status(name, e))
+}
+
+/// Replaces the status of a MaintenanceBudget (the node maintenance controller is its only
+/// writer).
+pub async fn write_budget_status(
+    client: &Client,
+    name: &str,
+    status: &MaintenanceBudgetStatus,
+) -> Result<(), Error> {
+    let api: Api<MaintenanceBudget> = Api::all(client.clone());
+    let patch = json!({"status": status});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| Error::BudgetStatus(name.to_string(), e))
+}
+
+/// A consistent read (quorum, not a cache) of every NodeMaintenance and MaintenanceBudget, which
+/// every admission is decided on again before it is written (SPEC 6.1). The budgets' CRD missing
+/// (an upgrade that did not apply it) reads as no budget.
+pub async fn read_for_admission(
+    client: &Client,
+) -> Result<(Vec<NodeMaintenance>, Vec<MaintenanceBudget>), Error> {
+    let params = kube::api::ListParams::default();
+    let maintenances = Api::<NodeMaintenance>::all(client.clone())
+        .list(&params)
+        .await
+        .map_err(|e| Error::AdmissionRead("NodeMaintenances", e))?
+        .items;
+    let budgets = match Api::<MaintenanceBudget>::all(client.clone())
+        .list(&params)
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) if is_not_found(&e) => Vec::new(),
+        Err(e) => return Err(Error::AdmissionRead("MaintenanceBudgets", e)),
+    };
+    Ok((maintenances, budgets))
 }
 
 /// Applies a cordon or restore decision to a node.

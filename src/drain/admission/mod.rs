@@ -342,8 +342,8 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
                     })
                 })
                 .collect();
-            if selects > allowed {
-                holds.push((b, QueueReason::TooLarge { selects, allowed }));
+            if let Some(reason) = too_large(rules, members[b].len(), selects) {
+                holds.push((b, reason));
             } else if !windows[b].open {
                 holds.push((
                     b,
@@ -402,6 +402,14 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
         windows,
         unavailable,
     }
+}
+
+/// `TooLarge` when a maintenance selecting `selects` of a budget's `members` nodes can never be
+/// admitted: the budget never allows that many at once. Shared with the webhook's warning (rule
+/// N7) and the plugin's refusal.
+pub fn too_large(rules: &BudgetRules, members: usize, selects: usize) -> Option<QueueReason> {
+    let allowed = rules.max_unavailable.allowed(members);
+    (selects > allowed).then_some(QueueReason::TooLarge { selects, allowed })
 }
 
 /// Every unavailable node before this pass: held by a holding maintenance (the oldest, when

@@ -40,11 +40,12 @@ pub fn budget_status(
     now: Timestamp,
 ) -> MaintenanceBudgetStatus {
     let budget = &input.budgets[b];
-    let members: Vec<&NodeState> = input
+    let mut members: Vec<&NodeState> = input
         .nodes
         .iter()
         .filter(|n| budget.selects(&n.name, &n.labels))
         .collect();
+    members.sort_by(|a, b| a.name.cmp(&b.name));
     let names: BTreeSet<&str> = members.iter().map(|n| n.name.as_str()).collect();
     let unavailable: Vec<UnavailableNode> = members
         .iter()
@@ -61,10 +62,11 @@ pub fn budget_status(
             })
         })
         .collect();
-    // Cordoned, but not by an admitted maintenance: still running its pods, not counted.
+    // Cordoned, but not by an admitted maintenance, and Ready: still running its pods, not
+    // counted.
     let cordoned: Vec<String> = members
         .iter()
-        .filter(|n| n.unschedulable && !matches!(output.unavailable.get(&n.name), Some(Some(_))))
+        .filter(|n| n.unschedulable && !output.unavailable.contains_key(&n.name))
         .map(|n| n.name.clone())
         .collect();
     let mut by_age: Vec<&MaintenanceState> = input.maintenances.iter().collect();
