@@ -352,6 +352,7 @@ fn webhook_url_replaces_the_service() {
             "https://127.0.0.1:8443/mutate/nodemaintenances",
             "https://127.0.0.1:8443/validate/evictioninterceptors",
             "https://127.0.0.1:8443/validate/evictionrequests",
+            "https://127.0.0.1:8443/validate/maintenancebudgets",
             "https://127.0.0.1:8443/validate/nodemaintenances",
             "https://127.0.0.1:8443/validate/pods",
             "https://127.0.0.1:8443/validate/pods-eviction",

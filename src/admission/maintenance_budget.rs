@@ -2,11 +2,11 @@
 //! when a budget will never admit it.
 //!
 //! Rules:
-//! - B1 `spec.nodeSelector`, if present, has a term and is well formed (as a NodeMaintenance's).
-//! - B2 `spec.maxUnavailable` is an integer of at least 1 or a percentage from 1% to 100%.
-//! - B3 each of `spec.windows` (at most 16) has a five-field cron `schedule` that fires, a
+//! - MB1 `spec.nodeSelector`, if present, has a term and is well formed (as a NodeMaintenance's).
+//! - MB2 `spec.maxUnavailable` is an integer of at least 1 or a percentage from 1% to 100%.
+//! - MB3 each of `spec.windows` (at most 16) has a five-field cron `schedule` that fires, a
 //!   positive `duration` of at most 31 days, and a known IANA `timeZone`.
-//! - B4 (warning) the budget selects no node.
+//! - MB4 (warning) the budget selects no node.
 //! - N7 (warning, on a NodeMaintenance entering Cordon or Drain) a budget selecting more of its
 //!   nodes than the budget ever allows at once: the maintenance is `TooLarge` and will never be
 //!   admitted.
@@ -26,7 +26,7 @@ use crate::cluster::{ClusterView, Lookup};
 use crate::drain::admission::{BudgetInput, MaxUnavailable, QueueReason, parse_windows, too_large};
 use crate::selector::{node_selector_matches, validate_node_selector};
 
-/// Reviews one write of a MaintenanceBudget (rules B1–B4; the first violation is reported).
+/// Reviews one write of a MaintenanceBudget (rules MB1–MB4; the first violation is reported).
 pub fn review_maintenance_budget(
     req: &ReviewRequest<'_, MaintenanceBudget>,
     view: &dyn ClusterView,
@@ -44,22 +44,22 @@ pub fn review_maintenance_budget(
     let mut verdict = Verdict::allow();
     let spec = &new.spec;
     let results = [
-        (old.is_none_or(|o| o.node_selector != spec.node_selector)).then(|| b1_node_selector(spec)),
+        (old.is_none_or(|o| o.node_selector != spec.node_selector)).then(|| mb1_node_selector(spec)),
         (old.is_none_or(|o| o.max_unavailable != spec.max_unavailable))
-            .then(|| b2_max_unavailable(spec)),
-        (old.is_none_or(|o| o.windows != spec.windows)).then(|| b3_windows(spec)),
+            .then(|| mb2_max_unavailable(spec)),
+        (old.is_none_or(|o| o.windows != spec.windows)).then(|| mb3_windows(spec)),
     ];
     for message in results.into_iter().flatten().filter_map(Result::err) {
         verdict.deny_if_allowed(message);
     }
     if verdict.allowed() && old.is_none_or(|o| o.node_selector != spec.node_selector) {
-        b4_selects_nodes(spec, view, &mut verdict);
+        mb4_selects_nodes(spec, view, &mut verdict);
     }
     verdict
 }
 
-/// B1: a present node selector has a term and is well formed.
-fn b1_node_selector(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
+/// MB1: a present node selector has a term and is well formed.
+fn mb1_node_selector(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
     let Some(selector) = &spec.node_selector else {
         return Ok(());
     };
@@ -68,30 +68,30 @@ fn b1_node_selector(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
         .next()
     {
         Some(problem) => Err(format!(
-            "{problem} (rule B1); leave spec.nodeSelector out to select every node"
+            "{problem} (rule MB1); leave spec.nodeSelector out to select every node"
         )),
         None => Ok(()),
     }
 }
 
-/// B2: `maxUnavailable` is at least one node.
-fn b2_max_unavailable(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
+/// MB2: `maxUnavailable` is at least one node.
+fn mb2_max_unavailable(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
     MaxUnavailable::parse(spec.max_unavailable.as_ref())
         .map(drop)
-        .map_err(|e| format!("{e} (rule B2)"))
+        .map_err(|e| format!("{e} (rule MB2)"))
 }
 
-/// B3: every window parses and opens.
-fn b3_windows(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
+/// MB3: every window parses and opens.
+fn mb3_windows(spec: &MaintenanceBudgetSpec) -> Result<(), String> {
     if spec.windows.len() > MAX_WINDOWS {
         return Err(format!(
-            "spec.windows: {} windows, at most {MAX_WINDOWS} (rule B3)",
+            "spec.windows: {} windows, at most {MAX_WINDOWS} (rule MB3)",
             spec.windows.len()
         ));
     }
     parse_windows(&spec.windows)
         .map(drop)
-        .map_err(|e| format!("{e} (rule B3)"))
+        .map_err(|e| format!("{e} (rule MB3)"))
 }
 
 fn node_name(node: &Node) -> &str {
@@ -104,7 +104,7 @@ fn labels(node: &Node) -> &BTreeMap<String, String> {
 }
 
 /// B4 (warning): the budget selects no node.
-fn b4_selects_nodes(spec: &MaintenanceBudgetSpec, view: &dyn ClusterView, verdict: &mut Verdict) {
+fn mb4_selects_nodes(spec: &MaintenanceBudgetSpec, view: &dyn ClusterView, verdict: &mut Verdict) {
     let (Some(selector), Lookup::Found(nodes)) = (&spec.node_selector, view.nodes()) else {
         return;
     };
@@ -112,7 +112,7 @@ fn b4_selects_nodes(spec: &MaintenanceBudgetSpec, view: &dyn ClusterView, verdic
         .iter()
         .any(|n| node_selector_matches(selector, node_name(n), labels(n)))
     {
-        verdict.warn("spec.nodeSelector selects no node (rule B4): the budget limits nothing until nodes match it");
+        verdict.warn("spec.nodeSelector selects no node (rule MB4): the budget limits nothing until nodes match it");
     }
 }
 
@@ -251,18 +251,18 @@ mod tests {
     }
 
     #[rstest::rstest]
-    #[case::b1_allow(MaintenanceBudgetSpec { node_selector: Some(selector("pool", "In", &["a"])), ..Default::default() }, None)]
-    #[case::b1_allow_absent(MaintenanceBudgetSpec::default(), None)]
-    #[case::b1_deny(MaintenanceBudgetSpec { node_selector: Some(NodeSelector { node_selector_terms: vec![] }), ..Default::default() }, Some("rule B1"))]
-    #[case::b1_deny_operator(MaintenanceBudgetSpec { node_selector: Some(selector("pool", "Near", &["a"])), ..Default::default() }, Some("rule B1"))]
-    #[case::b2_allow_percent(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::String("25%".into())), ..Default::default() }, None)]
-    #[case::b2_deny_zero(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::Int(0)), ..Default::default() }, Some("spec.maxUnavailable: 0 is below 1; at least one node must be allowed (rule B2)"))]
-    #[case::b2_deny_text(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::String("two".into())), ..Default::default() }, Some("rule B2"))]
-    #[case::b3_allow(MaintenanceBudgetSpec { windows: vec![window("0 22 * * 1-5", "6h", Some("Europe/Berlin"))], ..Default::default() }, None)]
-    #[case::b3_deny_schedule(MaintenanceBudgetSpec { windows: vec![window("0 0 22 * * 1-5", "6h", None)], ..Default::default() }, Some("spec.windows[0].schedule: \"0 0 22 * * 1-5\" has 6 fields"))]
-    #[case::b3_deny_zone(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "6h", Some("Berlin"))], ..Default::default() }, Some("spec.windows[0].timeZone"))]
-    #[case::b3_deny_duration(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "forever", None)], ..Default::default() }, Some("spec.windows[0].duration"))]
-    #[case::b3_deny_many(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "1h", None); 17], ..Default::default() }, Some("at most 16 (rule B3)"))]
+    #[case::mb1_allow(MaintenanceBudgetSpec { node_selector: Some(selector("pool", "In", &["a"])), ..Default::default() }, None)]
+    #[case::mb1_allow_absent(MaintenanceBudgetSpec::default(), None)]
+    #[case::mb1_deny(MaintenanceBudgetSpec { node_selector: Some(NodeSelector { node_selector_terms: vec![] }), ..Default::default() }, Some("rule MB1"))]
+    #[case::mb1_deny_operator(MaintenanceBudgetSpec { node_selector: Some(selector("pool", "Near", &["a"])), ..Default::default() }, Some("rule MB1"))]
+    #[case::mb2_allow_percent(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::String("25%".into())), ..Default::default() }, None)]
+    #[case::mb2_deny_zero(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::Int(0)), ..Default::default() }, Some("spec.maxUnavailable: 0 is below 1; at least one node must be allowed (rule MB2)"))]
+    #[case::mb2_deny_text(MaintenanceBudgetSpec { max_unavailable: Some(IntOrString::String("two".into())), ..Default::default() }, Some("rule MB2"))]
+    #[case::mb3_allow(MaintenanceBudgetSpec { windows: vec![window("0 22 * * 1-5", "6h", Some("Europe/Berlin"))], ..Default::default() }, None)]
+    #[case::mb3_deny_schedule(MaintenanceBudgetSpec { windows: vec![window("0 0 22 * * 1-5", "6h", None)], ..Default::default() }, Some("spec.windows[0].schedule: \"0 0 22 * * 1-5\" has 6 fields"))]
+    #[case::mb3_deny_zone(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "6h", Some("Berlin"))], ..Default::default() }, Some("spec.windows[0].timeZone"))]
+    #[case::mb3_deny_duration(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "forever", None)], ..Default::default() }, Some("spec.windows[0].duration"))]
+    #[case::mb3_deny_many(MaintenanceBudgetSpec { windows: vec![window("0 22 * * *", "1h", None); 17], ..Default::default() }, Some("at most 16 (rule MB3)"))]
     fn budget_rules(#[case] spec: MaintenanceBudgetSpec, #[case] denial: Option<&str>) {
         let v = review(&budget(spec));
         match denial {
@@ -275,13 +275,13 @@ mod tests {
     }
 
     #[test]
-    fn b4_warns_when_the_budget_selects_no_node() {
+    fn mb4_warns_when_the_budget_selects_no_node() {
         let v = review(&budget(MaintenanceBudgetSpec {
             node_selector: Some(selector("pool", "In", &["gone"])),
             ..Default::default()
         }));
         assert!(v.allowed());
-        assert!(v.warnings.iter().any(|w| w.contains("rule B4")), "{v:?}");
+        assert!(v.warnings.iter().any(|w| w.contains("rule MB4")), "{v:?}");
         let v = review(&budget(MaintenanceBudgetSpec {
             node_selector: Some(selector("pool", "In", &["a"])),
             ..Default::default()

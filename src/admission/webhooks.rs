@@ -145,7 +145,7 @@ pub static VALIDATE_EVICTION_INTERCEPTORS: Webhook<EvictionInterceptor> = Webhoo
     sub_resources: &["status"],
 };
 
-/// Validates MaintenanceBudgets (SPEC 6.1; the B4 warning reads the nodes).
+/// Validates MaintenanceBudgets (SPEC 6.1; the MB4 warning reads the nodes).
 pub static VALIDATE_MAINTENANCE_BUDGETS: Webhook<MaintenanceBudget> = Webhook {
     resource: "maintenancebudgets",
     kind: "validate",
