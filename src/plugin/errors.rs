@@ -108,6 +108,45 @@ pub enum Error {
     /// The command line makes no sense.
     #[error("{0}")]
     Usage(String),
+    /// A MaintenanceBudget would never admit the maintenance `drain` would create.
+    #[error(
+        "refused: MaintenanceBudget {budget} allows {allowed} unavailable node{} and this drain selects {selects} of its nodes, so its maintenance would never be admitted (TooLarge); nothing was created. Roll them {allowed} at a time instead, e.g.: kubectl evictord rollout NAME {nodes} --max-unavailable {allowed} (see kubectl evictord rollout --help)",
+        if *allowed == 1 { "" } else { "s" }
+    )]
+    TooLarge {
+        /// The budget.
+        budget: String,
+        /// How many unavailable nodes it allows.
+        allowed: usize,
+        /// How many of its nodes the drain selects.
+        selects: usize,
+        /// The drain's nodes, as command-line words.
+        nodes: String,
+    },
+    /// The rollout cannot be resumed by this command.
+    #[error("{0}")]
+    Rollout(String),
+    /// The step record of a maintenance does not parse.
+    #[error("{0}")]
+    StepRecord(String),
+    /// evictord did not take the rollout's budget into account in time.
+    #[error(
+        "evictord has not reported on MaintenanceBudget {budget} within {seconds} s, so it may not count it yet; no maintenance was created. Is evictord running, at a version that serves MaintenanceBudgets? Run the same command again to go on, or delete the budget: kubectl delete maintenancebudget {budget}"
+    )]
+    BudgetNotObserved {
+        /// The budget.
+        budget: String,
+        /// How long the plugin waited.
+        seconds: u64,
+    },
+    /// The per-node step could not be started.
+    #[error("cannot start the step on node {node}: {reason}")]
+    StepSpawn {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The crate-style result of the plugin.
@@ -158,7 +197,11 @@ impl Error {
     /// person must fix first.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::CrdsMissing | Error::Kubeconfig(_) | Error::Usage(_) => 2,
+            Error::CrdsMissing
+            | Error::Kubeconfig(_)
+            | Error::Usage(_)
+            | Error::Rollout(_)
+            | Error::BudgetNotObserved { .. } => 2,
             _ => 1,
         }
     }

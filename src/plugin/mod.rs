@@ -12,6 +12,8 @@
 //!   lines printed when there is no terminal;
 //! - [`report`]: what `plan` prints (pods, blocking budgets, covering maintenances);
 //! - [`requesting`]: the request `evict` creates and the requester lists it writes;
+//! - [`rollout`]: `rollout`'s objects, step records, resume rules and per-node phases, the batches
+//!   `plan` previews with the controller's admission, and the drain `drain` refuses;
 //! - [`status`]: the rows of the `status` tables;
 //! - [`errors`]: the plugin's errors, and how API failures read to a person.
 
@@ -22,6 +24,7 @@ pub mod preview;
 pub mod progress;
 pub mod report;
 pub mod requesting;
+pub mod rollout;
 pub mod status;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::controller::node_maintenance::gather::selects;
 
 use super::blockers::{Budget, blocking_budgets};
 use super::preview::{PlannedPod, Preview, entry_label};
+use super::rollout::batches::RolloutPreview;
 use super::status::table;
 
 /// A budget that refuses any disruption now, with the planned pods it protects.
@@ -53,6 +54,9 @@ pub struct PlanReport {
     pub blocking_budgets: Vec<BlockingBudget>,
     /// Maintenances already covering the nodes.
     pub maintenances: Vec<Covering>,
+    /// With `--max-unavailable`: the batches a rollout of these nodes would drain in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPreview>,
 }
 
 /// Assembles the report. `pods` are the pods the preview was made from.
@@ -118,6 +122,7 @@ pub fn plan_report(
         pods: preview.pods,
         blocking_budgets: blocking,
         maintenances: covering,
+        rollout: None,
     }
 }
 
