@@ -20,6 +20,70 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The long help of `rollout`: how it works, resuming, stopping, exit codes, examples.
+const ROLLOUT_HELP: &str = "\
+How it works:
+  1. A MaintenanceBudget named NAME over these nodes (maxUnavailable from --max-unavailable) and
+     one NodeMaintenance per node (NAME-NODE, stage Drain), all labelled evictord.dev/rollout=NAME.
+     evictord admits the maintenances as the budget allows, oldest first (the nodes in the order
+     of their names); the others wait and touch nothing. Other budgets over these nodes count too.
+     `kubectl evictord plan NODE... --max-unavailable N` shows the batches first.
+  2. Once a node's maintenance is Drained its step runs: --exec CMD runs `sh -c CMD` on this
+     machine with EVICTORD_NODE set to the node's name, its output shown prefixed with [node].
+     Without --exec there is no step (a drain and uncordon, or with --reboot a reboot done by
+     something else).
+  3. The rollout waits until the node is Ready again (with --reboot: after its
+     status.nodeInfo.bootID changed), then moves the maintenance to Complete: evictord uncordons
+     the node, and the budget admits the next one.
+  4. When every node is done, the budget and the maintenances are deleted: a budget left behind
+     would keep limiting other maintenances of these nodes, and the name can be used again (a
+     later run with the same name starts a new rollout).
+
+Live view on a terminal (the rollout, each node: queued and which budget holds it, draining, step
+running, waiting to be Ready, done); plain lines otherwise; -o json|yaml prints a summary at the
+end (the lines go to standard error).
+
+Resuming: the state is in the cluster. Run the same command again (after Ctrl-C, a failed step, a
+lost connection) and it carries on where the cluster is:
+  - a step that succeeded is never run again (its state is recorded on the maintenance, annotation
+    evictord.dev/rollout-step);
+  - a step that failed runs again;
+  - a step that was interrupted (the plugin killed, or stopped by a second Ctrl-C) runs again from
+    the start, so write steps that can run twice; unless its process still runs on this machine
+    (the rollout waits for it), or with --reboot the node booted again since (it counts as done).
+The same command means the same nodes (the same names, or the same -l selector: nodes it matches
+now that were not part of the rollout are not added) and the same --exec, --reboot and
+--cordon-first (recorded on the budget); anything else is refused, naming the recorded values.
+--max-unavailable may change: the budget is updated. One process drives a rollout at a time.
+
+Stopping:
+  Ctrl-C     no new step starts; running steps are waited for (Ctrl-C again stops them: SIGTERM to
+             their process group). Nothing is undone: maintenances keep draining or waiting.
+  --timeout  the same, after that long.
+  a failing step (non-zero exit): no new step starts; the maintenances not admitted yet are
+             deleted (with --cordon-first their nodes are uncordoned), so that no other node is
+             drained; the failed node stays cordoned, its maintenance in Drain. Fix the cause and
+             run the same command to retry the step and carry on, or give that node back without
+             its step: kubectl evictord complete NAME-NODE.
+  To abandon a rollout and give every node back:
+    kubectl delete nodemaintenances,maintenancebudgets -l evictord.dev/rollout=NAME
+
+--cordon-first cordons every node at the start as evictord cordons (recording that it was
+schedulable, so that its maintenance's Complete uncordons it). The budget does not count these
+nodes (they still run their pods). Pods evicted from a rolled node then land on nodes outside the
+rollout and move once, as in a blue-green upgrade, instead of landing on the next node to roll.
+
+Exit codes: 0 every node done; 1 a step failed (or the cluster refused a write); 2 usage, or a
+resume with other nodes or options; 3 timed out; 130 Ctrl-C.
+
+Examples:
+  kubectl evictord plan -l pool=blue --max-unavailable 2
+  kubectl evictord rollout os-upgrade -l pool=blue --max-unavailable 2 --reboot \\
+      --exec 'ssh \"$EVICTORD_NODE\" sudo ./upgrade-and-reboot.sh'
+  kubectl evictord rollout kernel-6 node-1 node-2 node-3 node-4 --max-unavailable 50% --cordon-first \\
+      --exec './upgrade.sh \"$EVICTORD_NODE\"'
+";
+
 /// kubectl's usual connection flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct Connection {
@@ -90,10 +154,55 @@ pub enum Command {
         name: Option<String>,
     },
     /// Preview a drain of the nodes: pods in the order they would leave, blocking
-    /// PodDisruptionBudgets, maintenances already there. Writes nothing.
+    /// PodDisruptionBudgets, maintenances already there; with --max-unavailable, the batches a
+    /// rollout of these nodes would drain in. Writes nothing.
     Plan {
         #[command(flatten)]
         nodes: Nodes,
+        /// Also preview `rollout` of these nodes with this --max-unavailable: which nodes are
+        /// drained together, the first batch first (the MaintenanceBudgets and maintenances
+        /// already there count, as evictord's admission counts them).
+        #[arg(long)]
+        max_unavailable: Option<String>,
+    },
+    /// Roll a pool of nodes a few at a time: drain each, run a step on it, wait until it is back,
+    /// give it back. Resumable: run the same command again to carry on.
+    #[command(after_long_help = ROLLOUT_HELP)]
+    Rollout {
+        /// Name of the rollout (lower-case letters, digits, '-', '.'; at most 63): names its
+        /// MaintenanceBudget, prefixes its NodeMaintenances (NAME-NODE) and labels them
+        /// evictord.dev/rollout=NAME. The same name resumes the rollout.
+        name: String,
+        /// Node names.
+        nodes: Vec<String>,
+        /// Label selector of the nodes (instead of names), e.g. `pool=blue`; resolved to names
+        /// when the rollout starts.
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// How many of the rollout's nodes may be drained at once: a number (2) or a percentage
+        /// of them (25%, rounded up, at least 1).
+        #[arg(long)]
+        max_unavailable: String,
+        /// The per-node step, run as `sh -c CMD` on this machine with EVICTORD_NODE set to the
+        /// node, once the node is drained; its output is shown prefixed with [node]. A non-zero
+        /// exit stops the rollout.
+        #[arg(long, value_name = "CMD")]
+        exec: Option<String>,
+        /// The step reboots the node: wait until its status.nodeInfo.bootID has changed (and it
+        /// is Ready) before giving it back.
+        #[arg(long)]
+        reboot: bool,
+        /// Cordon every node of the rollout at the start (as evictord cordons: Complete
+        /// uncordons it; not counted by the budget), so that evicted pods land outside the
+        /// rolled nodes.
+        #[arg(long)]
+        cordon_first: bool,
+        /// Stop after this long (e.g. 2h): no new step starts, running steps end, exit 3.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        timeout: Option<Duration>,
+        /// Why (recorded in each maintenance's spec.reason, with the rollout's name).
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Show the progress of a maintenance until Drained.
     Watch {
@@ -141,7 +250,7 @@ impl Command {
     /// Whether `-o json|yaml` means something for the command: it prints objects.
     pub fn prints_objects(&self) -> bool {
         match self {
-            Command::Plan { .. } | Command::Status => true,
+            Command::Plan { .. } | Command::Status | Command::Rollout { .. } => true,
             Command::Drain { dry_run, .. } => *dry_run,
             Command::Evict { wait, .. } => !*wait,
             Command::Watch { .. }

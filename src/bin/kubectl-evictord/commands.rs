@@ -9,10 +9,14 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use evictord::api::{NodeMaintenance, Stage};
+use evictord::drain::admission::{MaxUnavailable, QueueReason};
 use evictord::plugin::autoscalers::name_autoscalers;
 use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error};
 use evictord::plugin::preview::{maintenance_for, maintenance_name, preview};
 use evictord::plugin::report::{plan_report, plan_text};
+use evictord::plugin::rollout::batches::{rollout_preview, rollout_text, too_large};
+use evictord::plugin::rollout::record::max_unavailable_value;
+use evictord::plugin::rollout::summary::command_line;
 use evictord::plugin::status::{
     MAINTENANCE_HEADER, REQUEST_HEADER, maintenance_rows, open_request_rows, table,
 };
@@ -21,6 +25,8 @@ use evictord::plugin::{Error, Result};
 use crate::cli::{Cli, Command, Nodes, Output};
 use crate::connect::connect;
 use crate::follow::{Outcome, follow, how_to_go_on, summary};
+use crate::rollout::rollout;
+use crate::rollout_state::RolloutArgs;
 use crate::show::print_object;
 use crate::{read, requests};
 
@@ -39,7 +45,7 @@ async fn dispatch(cli: Cli) -> Result<i32> {
     let output = cli.output;
     if output.is_some() && !cli.command.prints_objects() {
         return Err(Error::Usage(
-            "-o json|yaml applies to plan, status, evict (without --wait) and drain --dry-run; the others print progress".into(),
+            "-o json|yaml applies to plan, status, evict (without --wait), drain --dry-run and rollout (a summary at the end); the others print progress".into(),
         ));
     }
     let (client, namespace) = connect(&cli.conn).await?;
@@ -52,7 +58,36 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             dry_run,
             name,
         } => drain(&client, &nodes, reason, timeout, dry_run, name, output).await,
-        Command::Plan { nodes } => plan(&client, &nodes, output).await,
+        Command::Plan {
+            nodes,
+            max_unavailable,
+        } => plan(&client, &nodes, max_unavailable.as_deref(), output).await,
+        Command::Rollout {
+            name,
+            nodes,
+            selector,
+            max_unavailable,
+            exec,
+            reboot,
+            cordon_first,
+            timeout,
+            reason,
+        } => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            let a = RolloutArgs {
+                name,
+                nodes,
+                selector,
+                max_unavailable,
+                exec,
+                reboot,
+                cordon_first,
+                timeout,
+                reason,
+                command: command_line(&args),
+            };
+            rollout(&client, a, output).await
+        }
         Command::Watch { name, timeout } => {
             read::maintenance(&client, &name).await?;
             watch(&client, &name, timeout, BTreeMap::new()).await
@@ -120,7 +155,20 @@ struct Context {
     maintenances: Vec<NodeMaintenance>,
 }
 
-async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<i32> {
+async fn plan(
+    client: &Client,
+    nodes: &Nodes,
+    max_unavailable: Option<&str>,
+    output: Option<Output>,
+) -> Result<i32> {
+    let max = max_unavailable
+        .map(|m| {
+            let v = max_unavailable_value(m);
+            MaxUnavailable::parse(Some(&v)).map(|_| v).map_err(|e| {
+                Error::Usage(e.replacen("spec.maxUnavailable", "--max-unavailable", 1))
+            })
+        })
+        .transpose()?;
     let selected = resolve(client, nodes).await?;
     let planned = maintenance_for(
         "(preview)",
@@ -139,7 +187,7 @@ async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<
     let replicasets = read::replicaset_owners(client, &ctx.pods).await?;
     let autoscalers = read::autoscalers(client, &ctx.pods).await?;
     name_autoscalers(&mut p, &ctx.pods, &replicasets, &autoscalers);
-    let report = plan_report(
+    let mut report = plan_report(
         p,
         &selected,
         &ctx.pods,
@@ -147,9 +195,27 @@ async fn plan(client: &Client, nodes: &Nodes, output: Option<Output>) -> Result<
         &ctx.maintenances,
         &ctx.nodes,
     );
+    if let Some(max) = &max {
+        let maintenance_budgets = read::maintenance_budgets(client).await?;
+        let mut sorted = selected.clone();
+        sorted.sort();
+        report.rollout = Some(rollout_preview(
+            &ctx.nodes,
+            &maintenance_budgets,
+            &ctx.maintenances,
+            &sorted,
+            max,
+            Timestamp::now(),
+        ));
+    }
     match output {
         Some(o) => print_object(&report, o)?,
-        None => print!("{}", plan_text(&report)),
+        None => {
+            print!("{}", plan_text(&report));
+            if let Some(r) = &report.rollout {
+                print!("{}", rollout_text(r, selected.len()));
+            }
+        }
     }
     Ok(0)
 }
@@ -173,7 +239,26 @@ async fn drain(
         reason.as_deref(),
         Stage::Cordon,
     );
-    let (p, _) = preview_of(client, &nm, &selected).await?;
+    let (p, ctx) = preview_of(client, &nm, &selected).await?;
+    let maintenance_budgets = read::maintenance_budgets(client).await?;
+    if let Some(q) = too_large(
+        &ctx.nodes,
+        &maintenance_budgets,
+        &ctx.maintenances,
+        &nm,
+        Timestamp::now(),
+    ) && let QueueReason::TooLarge { selects, allowed } = q.reason
+    {
+        return Err(Error::TooLarge {
+            budget: q.budget,
+            allowed,
+            selects,
+            nodes: match &nodes.selector {
+                Some(s) => format!("-l {s}"),
+                None => selected.join(" "),
+            },
+        });
+    }
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     let access = || Access::new("create", "nodemaintenances.evictord.dev").named(&name);
     if dry_run {

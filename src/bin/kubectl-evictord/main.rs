@@ -3,9 +3,10 @@
 //! `evictord::plugin` what to show, and draws it. Installed with
 //! `cargo install --path . --bin kubectl-evictord`; kubectl finds it on PATH.
 //!
-//! Exit codes: 0 done (drained, evicted, written); 1 the command failed; 2 set-up or usage
-//! (kubeconfig, CRDs missing, bad arguments); 3 timed out (the maintenance or request goes on);
-//! 130 interrupted by Ctrl-C (nothing was undone).
+//! Exit codes: 0 done (drained, evicted, written, rolled); 1 the command failed (a rollout's
+//! step failed); 2 set-up or usage (kubeconfig, CRDs missing, bad arguments, a rollout resumed
+//! with other nodes or options); 3 timed out (the maintenance, request or rollout goes on); 130
+//! interrupted by Ctrl-C (nothing was undone).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -14,6 +15,12 @@ mod connect;
 mod follow;
 mod read;
 mod requests;
+mod rollout;
+mod rollout_end;
+mod rollout_state;
+mod rollout_step;
+mod rollout_view;
+mod rollout_writes;
 mod show;
 
 use clap::Parser;

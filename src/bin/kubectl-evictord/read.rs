@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
-use evictord::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
+use evictord::api::{EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance};
 use evictord::cluster::CachedPod;
 use evictord::cluster::budget::budget_resource;
 use evictord::interceptor::hpa;
@@ -109,6 +109,20 @@ pub async fn maintenances(client: &Client) -> Result<Vec<NodeMaintenance>> {
         .await
         .map_err(|e| api_error(Access::new("list", "nodemaintenances.evictord.dev"), e))?;
     Ok(list.items)
+}
+
+/// Every MaintenanceBudget; none where the resource is not served (an evictord from before
+/// budgets: nothing limits its maintenances).
+pub async fn maintenance_budgets(client: &Client) -> Result<Vec<MaintenanceBudget>> {
+    let api: Api<MaintenanceBudget> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(api_error(
+            Access::new("list", "maintenancebudgets.evictord.dev"),
+            e,
+        )),
+    }
 }
 
 /// One NodeMaintenance.
