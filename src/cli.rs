@@ -72,8 +72,10 @@ pub struct RuleArgs {
     pub extra_k8s_io_interceptors: Vec<String>,
     /// How long the Eviction API bridge keeps its requester (`eviction-api.evictord.dev`) on a
     /// request after the last intercepted call; then the requester is removed, and the request
-    /// canceled if it was the only one.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    /// canceled if it was the only one. Keep it above the longest pause of your slowest drainer:
+    /// Kubernetes' in-tree `imperative-eviction.k8s.io/evictor` responder waits up to 10m
+    /// between two calls.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub eviction_api_requester_ttl: Duration,
     /// What an interceptor without an EvictionInterceptor object costs: `off` (nothing),
     /// `warn` (warnings at pod admission, events, node status messages, `kubectl evictord plan`)
@@ -275,4 +277,29 @@ pub struct ReviewArgs {
     /// Rule settings.
     #[command(flatten)]
     pub rules: RuleArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flag's default is the one the settings use when no flag is given.
+    #[test]
+    fn requester_ttl_default_is_the_bridge_default() {
+        let cli = Cli::try_parse_from(["evictord", "serve"]).expect("parses");
+        let Command::Serve(serve) = cli.command else {
+            panic!("serve");
+        };
+        let ttl = serve.rules.eviction_api_requester_ttl;
+        assert_eq!(ttl, crate::admission::pod_eviction::DEFAULT_REQUESTER_TTL);
+        assert_eq!(
+            ttl,
+            crate::admission::Settings::default().eviction_api_requester_ttl
+        );
+        assert_eq!(
+            ttl,
+            crate::controller::eviction_request::DecideSettings::default()
+                .eviction_api_requester_ttl
+        );
+    }
 }

@@ -65,7 +65,7 @@ pub struct Settings {
     /// Clock skew tolerated for times written by interceptors (10 s).
     pub clock_skew: Duration,
     /// How long the Eviction API bridge's requester stays on a request without a new call
-    /// (default 10 min).
+    /// (default [`super::pod_eviction::DEFAULT_REQUESTER_TTL`], 15 min).
     pub eviction_api_requester_ttl: Duration,
     /// `--interceptor-registration` (SPEC 5.5): rule P8 warns unless `off`; under `enforce`, S2
     /// accepts the hand-over of an unregistered interceptor after the grace and S7 guards the
@@ -86,7 +86,7 @@ impl Default for Settings {
             min_heartbeat_interval: Duration::from_secs(60),
             interceptor_deadline: Duration::from_secs(1200),
             clock_skew: Duration::from_secs(10),
-            eviction_api_requester_ttl: Duration::from_secs(600),
+            eviction_api_requester_ttl: super::pod_eviction::DEFAULT_REQUESTER_TTL,
             interceptor_registration: RegistrationMode::default(),
             unregistered_interceptor_grace: Duration::from_secs(60),
             own_user: None,

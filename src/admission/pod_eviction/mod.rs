@@ -54,6 +54,22 @@ pub struct EvictionCall<'a> {
     pub now: Timestamp,
 }
 
+/// The longest pause between two Eviction API calls of Kubernetes' in-tree default responder
+/// `imperative-eviction.k8s.io/evictor`: after each refused call it waits 5 s, doubled per
+/// attempt up to this cap, 10 min (`maxImperativeEvictionBackoff` in kubernetes/kubernetes PR
+/// #137396, not configurable there). The responder calls `pods/eviction` for every pod target, so
+/// on a pod with interceptors it is one more drainer retrying through the bridge.
+pub const IN_TREE_RESPONDER_BACKOFF_CAP: Duration = Duration::from_secs(10 * 60);
+
+/// The default `--eviction-api-requester-ttl`: 15 min, half again the in-tree responder's
+/// backoff cap ([`IN_TREE_RESPONDER_BACKOFF_CAP`]). A TTL equal to the cap would let the bridged
+/// requester expire a moment before each of the responder's retries (it waits the cap after its
+/// last call *returned*, and its work queue adds delay), canceling the request and restarting
+/// the pod's interceptors every 10 minutes. The price of the margin: an abandoned drain's
+/// requests, and the surge their interceptors hold, last 15 minutes after its last call instead
+/// of 10.
+pub const DEFAULT_REQUESTER_TTL: Duration = Duration::from_secs(15 * 60);
+
 /// How stale the recorded last call may get before a call writes it again: a tenth of the
 /// requester TTL, between 1 s and 60 s. kubectl retries every 5 s; recording each retry would
 /// cost one API write per pod every 5 s for nothing.

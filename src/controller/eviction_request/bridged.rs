@@ -60,7 +60,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::admission::pod_eviction::{IN_TREE_RESPONDER_BACKOFF_CAP, refresh_interval};
     use crate::api::EVICTION_API_LAST_CALL_ANNOTATION;
+    use crate::controller::eviction_request::DecideSettings;
     use crate::controller::eviction_request::fixtures::{RequestBuilder, request, t};
 
     const TTL: Duration = Duration::from_secs(600);
@@ -132,5 +134,50 @@ mod tests {
         for (name, req, expected) in cases {
             assert_eq!(bridged_requester(&req, now, TTL), expected, "{name}");
         }
+    }
+
+    /// Replays Kubernetes' in-tree `imperative-eviction.k8s.io/evictor` calling `pods/eviction`
+    /// through the bridge for `until` seconds: it waits 5 s after its first refused call, doubles
+    /// the wait per attempt up to its cap, and each call reaches the bridge `lag` seconds after
+    /// the wait (its work queue, its own call's round trip). The bridge records a call when the
+    /// record is a refresh interval old, as it does. Returns the time of the first call that came
+    /// after the controller had already removed the requester.
+    fn first_call_after_expiry(ttl: Duration, lag: i64, until: i64) -> Option<i64> {
+        let secs = |d: Duration| i64::try_from(d.as_secs()).expect("small");
+        let cap = secs(IN_TREE_RESPONDER_BACKOFF_CAP);
+        let refresh = secs(refresh_interval(ttl));
+        let (mut recorded, mut call, mut wait) = (0, 0, 5);
+        loop {
+            call += wait + lag;
+            if call > until {
+                return None;
+            }
+            let state = bridged_requester(&called(bridged(), recorded), t(call), ttl);
+            if matches!(state, BridgedRequester::Expired { .. }) {
+                return Some(call);
+            }
+            if call - recorded >= refresh {
+                recorded = call;
+            }
+            wait = (wait * 2).min(cap);
+        }
+    }
+
+    #[test]
+    fn the_in_tree_responder_keeps_its_requester_with_the_default_ttl() {
+        let ttl = DecideSettings::default().eviction_api_requester_ttl;
+        let three_hours = 3 * 3600;
+        // Up to two minutes of queue delay per retry, more than a busy controller-manager adds.
+        for lag in [0, 1, 30, 120] {
+            assert_eq!(
+                first_call_after_expiry(ttl, lag, three_hours),
+                None,
+                "lag {lag} s"
+            );
+        }
+        // A TTL equal to the responder's cap (the former default) loses the requester just
+        // before the first retry at the cap, even without any delay.
+        let expired = first_call_after_expiry(IN_TREE_RESPONDER_BACKOFF_CAP, 0, three_hours);
+        assert!(expired.is_some(), "{expired:?}");
     }
 }

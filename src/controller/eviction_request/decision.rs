@@ -43,7 +43,8 @@ pub struct DecideSettings {
     /// `status.targetInterceptors` are skipped, or the controller's own status write would be
     /// denied forever.
     pub extra_k8s_io_interceptors: Vec<String>,
-    /// How long the Eviction API bridge's requester stays without a new call (default 10 min).
+    /// How long the Eviction API bridge's requester stays without a new call (default
+    /// [`crate::admission::pod_eviction::DEFAULT_REQUESTER_TTL`], 15 min).
     pub eviction_api_requester_ttl: Duration,
     /// How long an `Evicted` or `Canceled` request is kept before it is deleted (default 4 h).
     pub ended_request_retention: Duration,
@@ -66,7 +67,7 @@ impl Default for DecideSettings {
             backoff_cap: Duration::from_secs(1000),
             pod_not_found_grace: Duration::from_secs(10),
             extra_k8s_io_interceptors: Vec::new(),
-            eviction_api_requester_ttl: Duration::from_secs(600),
+            eviction_api_requester_ttl: crate::admission::pod_eviction::DEFAULT_REQUESTER_TTL,
             ended_request_retention: Duration::from_secs(4 * 3600),
             daemonset_interceptor: true,
             interceptor_registration: RegistrationMode::default(),
