@@ -182,6 +182,10 @@ pub struct Metrics {
     pub admissions: Counter,
     /// Maintenances in Cordon or Drain held back by a MaintenanceBudget, by reason.
     pub queued_maintenances: Family<QueueReasonLabel, Gauge>,
+    /// Nodes whose drain deadline passed with targeted pods left (SPEC 6.2).
+    pub deadlines_exceeded: Counter,
+    /// Pods deleted because their node's drain deadline passed under `deadlinePolicy: Force`.
+    pub forced_pods: Counter,
     registry: Registry,
 }
 
@@ -229,6 +233,8 @@ impl Metrics {
             unregistered_interceptors: Family::default(),
             admissions: Counter::default(),
             queued_maintenances: Family::default(),
+            deadlines_exceeded: Counter::default(),
+            forced_pods: Counter::default(),
             registry: Registry::default(),
         };
         m.zero_series();
@@ -378,6 +384,16 @@ impl Metrics {
             "NodeMaintenances in Cordon or Drain a MaintenanceBudget holds back, by reason",
             m.queued_maintenances.clone(),
         );
+        r.register(
+            "nodemaintenance_controller_deadlines_exceeded",
+            "Nodes whose drain deadline passed with targeted pods left",
+            m.deadlines_exceeded.clone(),
+        );
+        r.register(
+            "nodemaintenance_controller_forced_pods",
+            "Pods deleted because their node's drain deadline passed (deadlinePolicy Force)",
+            m.forced_pods.clone(),
+        );
         m
     }
 
@@ -488,6 +504,8 @@ mod tests {
             "evictord_reconcile_duration_seconds_count{controller=\"evictionrequest\"} 0",
             "evictord_unregistered_interceptors_total{source=\"activation\"} 0",
             "nodemaintenance_controller_admissions_total 0",
+            "nodemaintenance_controller_deadlines_exceeded_total 0",
+            "nodemaintenance_controller_forced_pods_total 0",
             "nodemaintenance_controller_queued_maintenances{reason=\"TooLarge\"} 0",
         ] {
             assert!(text.contains(series), "{series} in\n{text}");

@@ -15,6 +15,8 @@
 //! - N6 the user may delete every selected node (on UPDATE: of the new and, if it changed, the
 //!   old selector) — `nodes`. Only writes that can change what happens to nodes are checked:
 //!   see [`needs_node_authorization`].
+//! - N8 `spec.drainDeadlineSeconds`, when set, is at least 60 — `spec_rules` (SPEC 6.2).
+//! - N9 at most 32 `spec.podRules`, their selectors well formed — `spec_rules` (SPEC 6.2).
 //! - N7 warning: a MaintenanceBudget selects more of its nodes than it ever allows at once, so
 //!   the maintenance will never be admitted (`TooLarge`, SPEC 6.1) — repeated with N5, see
 //!   [`maintenance_budget`](super::maintenance_budget).
@@ -104,6 +106,8 @@ fn check_new_spec(spec: &NodeMaintenanceSpec, verdict: &mut Verdict) {
         spec_rules::check_reason(spec),
         drain_plan::check_canonical_order(&spec.drain_plan),
         drain_plan::check_no_duplicates(&spec.drain_plan),
+        spec_rules::check_drain_deadline(spec),
+        spec_rules::check_pod_rules(spec),
     ];
     deny_first(results, verdict);
 }
@@ -126,6 +130,12 @@ fn check_update(old: &NodeMaintenanceSpec, new: &NodeMaintenanceSpec, verdict: &
     }
     if old.reason != new.reason {
         deny_first([spec_rules::check_reason(new)], verdict);
+    }
+    if old.drain_deadline_seconds != new.drain_deadline_seconds {
+        deny_first([spec_rules::check_drain_deadline(new)], verdict);
+    }
+    if old.pod_rules != new.pod_rules {
+        deny_first([spec_rules::check_pod_rules(new)], verdict);
     }
 }
 

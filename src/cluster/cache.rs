@@ -1,5 +1,6 @@
 //! The shared watch caches: one reflector per resource (pods trimmed to [`CachedPod`], nodes
-//! trimmed to name/labels/unschedulable/taints/annotations/Ready, NodeMaintenances,
+//! trimmed to name/labels/unschedulable/taints/annotations/Ready, namespaces trimmed to their
+//! labels, NodeMaintenances,
 //! EvictionRequests, EvictionInterceptors, MaintenanceBudgets). The webhook reads the stores; the
 //! controllers subscribe to the change streams. `/readyz` waits for [`Caches::synced`].
 //!
@@ -16,7 +17,7 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -101,6 +102,9 @@ pub struct Caches {
     pub pods: Watched<CachedPod>,
     /// Nodes, trimmed.
     pub nodes: Watched<Node>,
+    /// Namespaces, trimmed to name and labels (the `namespaceSelector` of pod drain rules, SPEC
+    /// 6.2).
+    pub namespaces: Watched<Namespace>,
     /// NodeMaintenances.
     pub node_maintenances: Watched<NodeMaintenance>,
     /// EvictionRequests.
@@ -130,6 +134,7 @@ impl Caches {
         let caches = Arc::new(Self {
             pods: spawn_watch(Api::all(client.clone()), CachedPod::trim_in_place),
             nodes: spawn_watch(Api::all(client.clone()), trim_node),
+            namespaces: spawn_watch(Api::all(client.clone()), trim_namespace),
             node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
             eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
             eviction_interceptors: interceptors
@@ -162,6 +167,7 @@ impl Caches {
         tokio::spawn(async move {
             let ok = c.pods.store.wait_until_ready().await.is_ok()
                 && c.nodes.store.wait_until_ready().await.is_ok()
+                && c.namespaces.store.wait_until_ready().await.is_ok()
                 && c.node_maintenances.store.wait_until_ready().await.is_ok()
                 && c.eviction_requests.store.wait_until_ready().await.is_ok();
             debug!(ok, "watch caches synced");
@@ -270,6 +276,25 @@ where
 
 fn trim_meta<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+/// Namespaces keep their name and labels.
+fn trim_namespace(ns: &mut Namespace) {
+    let m = &mut ns.metadata;
+    m.managed_fields = None;
+    m.annotations = None;
+    ns.spec = None;
+    ns.status = None;
+}
+
+impl Caches {
+    /// The labels of the namespace of that name (empty when it is not cached).
+    pub fn namespace_labels(&self, name: &str) -> std::collections::BTreeMap<String, String> {
+        self.namespaces
+            .get(None, name)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Nodes keep name, labels, the unschedulable flag, the taints (the maintenance taint is written

@@ -191,6 +191,16 @@ pub struct CachedPodSpec {
         skip_serializing
     )]
     pub scheduling_group: bool,
+    /// Whether a volume is an `emptyDir` (SPEC 6.2): its data is lost when the pod leaves, which
+    /// `kubectl drain` refuses without `--delete-emptydir-data`. Decoded from the volumes, which
+    /// are not kept.
+    #[serde(
+        default,
+        rename = "volumes",
+        deserialize_with = "has_empty_dir",
+        skip_serializing_if = "is_false"
+    )]
+    pub empty_dir: bool,
 }
 
 /// The parts of the pod status decisions need.
@@ -209,6 +219,17 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 fn tolerates_maintenance_taint<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     let tolerations = Option::<Vec<Toleration>>::deserialize(d)?.unwrap_or_default();
     Ok(crate::api::taint::tolerates_maintenance_taint(&tolerations))
+}
+
+fn has_empty_dir<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    /// A volume, of which only whether it is an `emptyDir` is read.
+    #[derive(Deserialize)]
+    struct Volume {
+        #[serde(default, rename = "emptyDir")]
+        empty_dir: Option<serde::de::IgnoredAny>,
+    }
+    let volumes = Option::<Vec<Volume>>::deserialize(d)?.unwrap_or_default();
+    Ok(volumes.iter().any(|v| v.empty_dir.is_some()))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -366,6 +387,19 @@ impl CachedPod {
         self.metadata.deletion_timestamp.is_some()
     }
 
+    /// True when no controller will recreate the pod once it is gone (SPEC 6.2): no controller
+    /// owner reference, and not a mirror pod (the kubelet runs those). `kubectl drain` refuses
+    /// such pods without `--force`.
+    pub fn is_unmanaged(&self) -> bool {
+        !self.is_mirror()
+            && !self
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true))
+    }
+
     /// True when the pod belongs to a Workload/PodGroup.
     pub fn in_workload(&self) -> bool {
         self.spec.workload_ref || self.spec.scheduling_group
@@ -401,6 +435,7 @@ mod tests {
                 ]
             },
             "spec": {"nodeName": "n1", "priority": 7, "containers": [{"name": "c", "image": "i"}], "workloadRef": {"name": "w"},
+                     "volumes": [{"name": "cfg", "configMap": {"name": "x"}}, {"name": "scratch", "emptyDir": {}}],
                      "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
                                      {"key": "evictord.dev/maintenance", "operator": "Exists"}]},
             "status": {"phase": "Running", "conditions": []}
@@ -415,6 +450,7 @@ mod tests {
         assert_eq!(pod_type(&pod), PodType::DaemonSet);
         assert_eq!(pod.priority(), 7);
         assert!(pod.spec.tolerates_maintenance_taint);
+        assert!(pod.spec.empty_dir && !pod.is_unmanaged());
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str()),
@@ -470,6 +506,25 @@ mod tests {
             assert_eq!(c.get("k"), None);
             assert_eq!(c.get("zz"), None);
         }
+    }
+
+    /// SPEC 6.2: what `kubectl drain` checks before it deletes a pod.
+    #[rstest::rstest]
+    #[case::bare(serde_json::json!({"metadata": {"name": "p"}}), true, false)]
+    #[case::replicaset(serde_json::json!({"metadata": {"name": "p", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]}}), false, false)]
+    #[case::owner_not_controller(serde_json::json!({"metadata": {"name": "p", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u"}]}}), true, false)]
+    #[case::mirror(serde_json::json!({"metadata": {"name": "p", "annotations": {"kubernetes.io/config.mirror": "x"}}}), false, false)]
+    #[case::empty_dir(serde_json::json!({"metadata": {"name": "p"}, "spec": {"volumes": [{"name": "tmp", "emptyDir": {"medium": "Memory"}}]}}), true, true)]
+    #[case::host_path(serde_json::json!({"metadata": {"name": "p"}, "spec": {"volumes": [{"name": "h", "hostPath": {"path": "/x"}}]}}), true, false)]
+    fn unmanaged_and_local_data_rows(
+        #[case] pod: serde_json::Value,
+        #[case] unmanaged: bool,
+        #[case] empty_dir: bool,
+    ) {
+        let pod: CachedPod = serde_json::from_value(pod).unwrap();
+        let pod = pod.trim();
+        assert_eq!(pod.is_unmanaged(), unmanaged);
+        assert_eq!(pod.spec.empty_dir, empty_dir);
     }
 
     #[test]

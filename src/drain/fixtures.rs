@@ -122,6 +122,21 @@ impl PodBuilder {
         self.pod.terminal = true;
         self
     }
+    /// Drained by this behaviour (SPEC 6.2).
+    pub fn behavior(mut self, b: crate::api::DrainBehavior) -> Self {
+        self.pod.behavior = b;
+        self
+    }
+    /// No controller owns it.
+    pub fn unmanaged(mut self) -> Self {
+        self.pod.unmanaged = true;
+        self
+    }
+    /// It has an emptyDir volume.
+    pub fn local_data(mut self) -> Self {
+        self.pod.local_data = true;
+        self
+    }
 }
 
 /// `count` pods named `<prefix>-<i>` on `node` at `priority`, the first `requested` of them with

@@ -9,13 +9,16 @@
 //! [`holds`] says which maintenances hold a node and which one targets a pod.
 
 pub mod admission;
+pub mod deadline;
 pub mod holds;
 pub mod leaving;
+pub mod messages;
 pub mod plan;
+pub mod rules;
 pub mod targets;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod kep_examples;
 #[cfg(test)]
@@ -27,7 +30,9 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use crate::api::{DrainPlanEntry, EvictionRequest, NodeMaintenanceNodeStatus, PodType};
+use crate::api::{
+    DrainBehavior, DrainPlanEntry, EvictionRequest, NodeMaintenanceNodeStatus, PodType,
+};
 use crate::cluster::{CachedPod, pod_type};
 
 pub use leaving::{Leaving, Stay, stays};
@@ -90,6 +95,16 @@ pub struct DrainPod {
     /// `EvictionInterceptor` registers (SPEC 5.5): the node's message names them. Empty when
     /// registration is off or unknown.
     pub unregistered: Vec<String>,
+    /// How the maintenances drain it (SPEC 6.2, [`rules`]): `Skip` and `WaitCompleted` pods get
+    /// no request; a `WaitCompleted` pod holds the node until it finished.
+    pub behavior: DrainBehavior,
+    /// Deletion has started.
+    pub terminating: bool,
+    /// No controller will recreate it (SPEC 6.2: `kubectl drain` refuses it without `--force`).
+    pub unmanaged: bool,
+    /// It has an `emptyDir` volume (SPEC 6.2: `kubectl drain` refuses it without
+    /// `--delete-emptydir-data`).
+    pub local_data: bool,
 }
 
 impl DrainPod {
@@ -110,7 +125,17 @@ impl DrainPod {
             has_request: request.is_some(),
             stays: stays(pod, request, leaving),
             unregistered: Vec::new(),
+            behavior: DrainBehavior::Drain,
+            terminating: pod.is_terminating(),
+            unmanaged: pod.is_unmanaged(),
+            local_data: pod.spec.empty_dir,
         }
+    }
+
+    /// The same pod, drained by `behavior`.
+    pub fn with_behavior(mut self, behavior: DrainBehavior) -> Self {
+        self.behavior = behavior;
+        self
     }
 
     /// True when the pod can leave its node (see [`DrainPod::stays`]).

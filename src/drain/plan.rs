@@ -15,13 +15,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::{NodeMaintenanceNodeStatus, NodeReference};
+use crate::api::{DrainBehavior, NodeMaintenanceNodeStatus, NodeReference, PodType};
 
+use super::messages::{listed, with_rules, with_staying, with_unregistered};
 use super::targets::{TargetSet, target_set_at};
 use super::{DrainEvent, DrainInput, DrainOutput, DrainPod, MaintenanceOutput, PodRef};
-
-/// At most this many staying pods are named in a drain message.
-const MAX_NAMED_PODS: usize = 5;
 
 /// Decides plan positions, node statuses, requests and events for every maintenance in stage
 /// Drain. See the module docs and SPEC 3.4.
@@ -358,11 +356,25 @@ impl<'a> State<'a> {
         let mut node_statuses = Vec::new();
         for &n in &self.nodes[m] {
             let eff = self.eff(n);
-            let targeted: Vec<&DrainPod> = self
+            let matched: Vec<&DrainPod> = self
                 .pods(n)
                 .iter()
                 .filter(|p| !p.terminal && eff.matches(p.pod_type, p.priority, &p.labels))
                 .collect();
+            // SPEC 6.2: only `Drain` pods are requested; the drain waits for `WaitCompleted` ones
+            // and leaves `Skip` ones.
+            let with = |b: DrainBehavior| -> Vec<&DrainPod> {
+                matched
+                    .iter()
+                    .copied()
+                    .filter(|p| p.behavior == b)
+                    .collect()
+            };
+            let (targeted, waiting_rule, skipped) = (
+                with(DrainBehavior::Drain),
+                with(DrainBehavior::WaitCompleted),
+                with(DrainBehavior::Skip),
+            );
             pods_to_request.extend(targeted.iter().map(|p| PodRef {
                 namespace: p.namespace.clone(),
                 name: p.name.clone(),
@@ -389,14 +401,25 @@ impl<'a> State<'a> {
                 .iter()
                 .filter(|p| p.leaves() && !p.unregistered.is_empty())
                 .collect();
+            let message = with_unregistered(with_staying(message, &staying), &waiting);
             node_statuses.push(NodeMaintenanceNodeStatus {
                 node_ref: NodeReference {
                     name: n.to_string(),
                 },
                 drain_targets: eff.to_entries(),
-                drain_message: with_unregistered(with_staying(message, &staying), &waiting),
+                drain_message: with_rules(message, &waiting_rule, &skipped),
                 pods_pending_evacuation: count(targeted.iter().filter(|p| !p.has_request)),
                 pods_evacuating: count(targeted.iter().filter(|p| p.has_request)),
+                skipped_pods: listed(skipped.iter().copied()),
+                waiting_pods: listed(waiting_rule.iter().copied()),
+                unmanaged_pods: listed(
+                    targeted
+                        .iter()
+                        .copied()
+                        .filter(|p| p.unmanaged && p.pod_type == PodType::Default),
+                ),
+                local_data_pods: listed(targeted.iter().copied().filter(|p| p.local_data)),
+                ..Default::default()
             });
         }
         MaintenanceOutput {
@@ -453,9 +476,15 @@ impl<'a> State<'a> {
     }
 }
 
-/// A non-terminal pod that can leave and the targets match: the node has not finished.
+/// A non-terminal pod the targets match that can leave, or that the drain waits to complete
+/// (SPEC 6.2): the node has not finished. A skipped pod holds nothing.
 fn blocks(pod: &DrainPod, targets: &TargetSet) -> bool {
-    pod.leaves() && !pod.terminal && targets.matches(pod.pod_type, pod.priority, &pod.labels)
+    let holds = match pod.behavior {
+        DrainBehavior::Drain => pod.leaves(),
+        DrainBehavior::WaitCompleted => true,
+        DrainBehavior::Skip => false,
+    };
+    holds && !pod.terminal && targets.matches(pod.pod_type, pod.priority, &pod.labels)
 }
 
 /// The first (in the given order) maintenance whose own targets are not strictly above another's.
@@ -473,78 +502,4 @@ fn last_index(len: usize) -> usize {
 
 fn count<T>(items: impl Iterator<Item = T>) -> i32 {
     i32::try_from(items.count()).unwrap_or(i32::MAX)
-}
-
-/// At most this many unregistered interceptors are named per pod in a drain message.
-const MAX_NAMED_INTERCEPTORS: usize = 3;
-
-/// Appends the targeted pods whose turn waits on interceptors no `EvictionInterceptor` registers
-/// (SPEC 5.5): a mistyped or uninstalled name costs the drain its deadline (or the grace under
-/// `enforce`), and the administrator should see which.
-fn with_unregistered(message: String, pods: &[&&DrainPod]) -> String {
-    if pods.is_empty() {
-        return message;
-    }
-    let mut named: Vec<String> = pods
-        .iter()
-        .take(MAX_NAMED_PODS)
-        .map(|p| {
-            let mut names: Vec<&str> = p
-                .unregistered
-                .iter()
-                .take(MAX_NAMED_INTERCEPTORS)
-                .map(String::as_str)
-                .collect();
-            let more = p.unregistered.len().saturating_sub(MAX_NAMED_INTERCEPTORS);
-            let more = format!("{more} more");
-            if p.unregistered.len() > MAX_NAMED_INTERCEPTORS {
-                names.push(&more);
-            }
-            format!("{}/{} ({})", p.namespace, p.name, names.join(", "))
-        })
-        .collect();
-    if pods.len() > MAX_NAMED_PODS {
-        named.push(format!("and {} more", pods.len() - MAX_NAMED_PODS));
-    }
-    let verb = if pods.len() == 1 {
-        "pod waits"
-    } else {
-        "pods wait"
-    };
-    format!(
-        "{}; {} {verb} on unregistered interceptors: {}",
-        message.trim_end_matches('.'),
-        pods.len(),
-        named.join(", ")
-    )
-}
-
-/// Appends the targeted pods that stay, each with the reason: they do not block the drain, but an
-/// administrator should know they are still there and why.
-fn with_staying(message: String, pods: &[&&DrainPod]) -> String {
-    if pods.is_empty() {
-        return message;
-    }
-    let mut names: Vec<String> = pods
-        .iter()
-        .take(MAX_NAMED_PODS)
-        .map(|p| {
-            let why = p.stays.map_or("", super::Stay::reason);
-            format!("{}/{} ({why})", p.namespace, p.name)
-        })
-        .collect();
-    if pods.len() > MAX_NAMED_PODS {
-        names.push(format!("and {} more", pods.len() - MAX_NAMED_PODS));
-    }
-    let verb = if pods.len() == 1 {
-        "pod stays"
-    } else {
-        "pods stay"
-    };
-    format!(
-        "{}; {} {verb}: {}",
-        message.trim_end_matches('.'),
-        pods.len(),
-        names.join(", ")
-    )
 }

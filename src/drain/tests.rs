@@ -407,3 +407,62 @@ fn waiting_cycle_across_nodes_is_broken_for_the_older_maintenance() {
         Some((0, 0)),
     );
 }
+
+/// SPEC 6.2: a skipped pod is never requested, stays and holds nothing; a pod waited for is not
+/// requested but holds the node until it finished; both are listed in the node status.
+#[test]
+fn skipped_pods_stay_and_pods_waited_for_hold_the_node_until_they_finish() {
+    use crate::api::DrainBehavior::{Skip, WaitCompleted};
+    let mut w = World::new(vec![nm("m", 0, vec![d(MAX)], &["n"])]);
+    w.add([
+        pod("web").on("n"),
+        pod("cache").on("n").behavior(Skip),
+        pod("job").on("n").behavior(WaitCompleted),
+    ]);
+    w.step();
+    let requested: Vec<&str> = w
+        .out("m")
+        .pods_to_request
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(requested, ["web"]);
+    let s = w.status("m", "n");
+    assert_eq!(s.skipped_pods, ["default/cache"]);
+    assert_eq!(s.waiting_pods, ["default/job"]);
+    assert_eq!(
+        s.drain_message,
+        "Evacuating; 1 pod waits to complete: default/job; 1 pod skipped: default/cache"
+    );
+    // The requested pod leaves: the pod waited for still holds the node.
+    w.evict("web");
+    w.step();
+    assert!(!w.out("m").drained);
+    // It finishes: the node is drained, the skipped pod still there.
+    for p in w.input.pods.values_mut().flatten() {
+        if p.name == "job" {
+            p.terminal = true;
+        }
+    }
+    w.step();
+    assert!(w.out("m").drained);
+    assert_eq!(w.status("m", "n").skipped_pods, ["default/cache"]);
+}
+
+/// SPEC 6.2: the pods `kubectl drain` refuses without `--force` / `--delete-emptydir-data` are
+/// listed (Default pods only for the unmanaged ones), and still requested by the API.
+#[test]
+fn unmanaged_and_local_data_pods_are_listed_and_requested() {
+    let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);
+    w.add([
+        pod("bare").on("n").unmanaged(),
+        pod("scratch").on("n").local_data(),
+        pod("both").on("n").unmanaged().local_data(),
+        pod("agent").on("n").ds().unmanaged(),
+    ]);
+    w.step();
+    let s = w.status("m", "n");
+    assert_eq!(s.unmanaged_pods, ["default/bare", "default/both"]);
+    assert_eq!(s.local_data_pods, ["default/scratch", "default/both"]);
+    assert_eq!(w.out("m").pods_to_request.len(), 3);
+}

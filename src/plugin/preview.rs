@@ -70,6 +70,7 @@ pub fn maintenance_for(
             stage: Some(stage),
             drain_plan,
             reason: reason.map(str::to_string),
+            ..Default::default()
         },
     )
 }

@@ -88,6 +88,13 @@ pub const CONDITION_EVICTED: &str = "Evicted";
 pub const CONDITION_CANCELED: &str = "Canceled";
 /// Condition type on NodeMaintenance: every targeted pod is gone from every selected node.
 pub const CONDITION_DRAINED: &str = "Drained";
+/// Condition type on NodeMaintenance (SPEC 6.2): a node's drain deadline passed with targeted
+/// pods left on it.
+pub const CONDITION_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Pod label (SPEC 6.2) that decides how maintenances drain the pod: `skip` (never requested,
+/// stays), `wait-completed` (not requested, the node waits until it finished) or `drain`; it
+/// wins over a maintenance's `spec.podRules`.
+pub const DRAIN_LABEL: &str = "evictord.dev/drain";
 
 /// Parses the interceptor annotation: comma-separated names, white space around commas ignored.
 /// Empty items are kept (as empty strings) so that validation can report them.

@@ -40,6 +40,87 @@ pub struct NodeMaintenanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub reason: Option<String>,
+    /// EXTENSION (SPEC 6.2): how long each node may take to drain, in seconds (at least 60),
+    /// counted from the later of the node's admission and the maintenance entering Drain. Absent:
+    /// no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60))]
+    pub drain_deadline_seconds: Option<i64>,
+    /// EXTENSION (SPEC 6.2): what a passed deadline does: `Report` (condition `DeadlineExceeded`,
+    /// an event and a metric; the default) or `Force` (also delete the node's remaining Default
+    /// pods its targets match, whatever their PodDisruptionBudgets say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Report"))]
+    pub deadline_policy: Option<DeadlinePolicy>,
+    /// EXTENSION (SPEC 6.2): how pods are drained, for administrators who cannot label the
+    /// workloads: the first rule matching a pod decides (`Drain`, `Skip`, `WaitCompleted`); a pod's
+    /// own label `evictord.dev/drain` wins over every rule. On a node several maintenances hold,
+    /// the rules of the oldest apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub pod_rules: Vec<PodRule>,
+}
+
+/// What a passed drain deadline does (SPEC 6.2).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DeadlinePolicy {
+    /// Report it (condition `DeadlineExceeded`, event, metric) and change nothing else.
+    #[default]
+    Report,
+    /// Also delete the node's remaining Default pods (and those waited for) that its targets
+    /// match, without consulting PodDisruptionBudgets.
+    Force,
+}
+
+/// How a maintenance drains the pods a rule selects (SPEC 6.2).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DrainBehavior {
+    /// Evicted as every pod (the default).
+    #[default]
+    Drain,
+    /// Never requested by a maintenance: it stays on the node and does not hold `Drained`.
+    Skip,
+    /// Not requested: the node is drained only once the pod has finished (Succeeded or Failed)
+    /// or is gone. A batch Job's pod finishes instead of restarting.
+    WaitCompleted,
+}
+
+impl DrainBehavior {
+    /// The name as written in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainBehavior::Drain => "Drain",
+            DrainBehavior::Skip => "Skip",
+            DrainBehavior::WaitCompleted => "WaitCompleted",
+        }
+    }
+
+    /// The behaviour a pod's `evictord.dev/drain` label value asks for: `drain`, `skip` or
+    /// `wait-completed`; `None` for any other value.
+    pub fn from_label(value: &str) -> Option<Self> {
+        match value {
+            "drain" => Some(DrainBehavior::Drain),
+            "skip" => Some(DrainBehavior::Skip),
+            "wait-completed" => Some(DrainBehavior::WaitCompleted),
+            _ => None,
+        }
+    }
+}
+
+/// A pod drain rule (SPEC 6.2): the pods in the namespaces `namespaceSelector` selects (absent:
+/// every namespace) whose labels `podSelector` matches (absent: every pod) are drained by
+/// `behavior`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRule {
+    /// Selects the namespaces by their labels; absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Selects the pods by their labels; absent: every pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+    /// `Drain`, `Skip` or `WaitCompleted`.
+    pub behavior: DrainBehavior,
 }
 
 /// Stage of a maintenance.
@@ -168,7 +249,7 @@ pub struct NodeMaintenanceStatus {
     /// on. Written before any of them is touched; absent while the maintenance is queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<NodeMaintenanceAdmission>,
-    /// `Admitted` (SPEC 6.1) and `Drained`.
+    /// `Admitted` (SPEC 6.1), `Drained` and `DeadlineExceeded` (SPEC 6.2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -314,12 +395,55 @@ pub struct NodeMaintenanceNodeStatus {
     /// Targeted pods with an EvictionRequest.
     #[serde(default)]
     pub pods_evacuating: i32,
+    /// EXTENSION (SPEC 6.2): when the node's drain started (the later of its admission and the
+    /// maintenance entering Drain): its deadline counts from here.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
+    pub drain_start_time: Option<Time>,
+    /// EXTENSION (SPEC 6.2): when the node's drain deadline passes (`spec.drainDeadlineSeconds`
+    /// after the start).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::time::opt_time"
+    )]
+    pub deadline_time: Option<Time>,
+    /// EXTENSION (SPEC 6.2): the deadline passed while targeted pods were left on the node (it
+    /// stays `true` once set).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_exceeded: bool,
+    /// EXTENSION (SPEC 6.2): pods the drain leaves on the node (`Skip`), at most 20,
+    /// `namespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_pods: Vec<String>,
+    /// EXTENSION (SPEC 6.2): pods the drain waits to finish (`WaitCompleted`), at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_pods: Vec<String>,
+    /// EXTENSION (SPEC 6.2): targeted pods no controller will recreate (no controller owner, not
+    /// a mirror pod), at most 20: `kubectl drain` refuses them without `--force`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmanaged_pods: Vec<String>,
+    /// EXTENSION (SPEC 6.2): targeted pods with `emptyDir` volumes, whose data is lost when they
+    /// leave, at most 20: `kubectl drain` refuses them without `--delete-emptydir-data`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_data_pods: Vec<String>,
 }
+
+/// At most this many pods in each pod list of a node status (SPEC 6.2).
+pub const MAX_LISTED_NODE_PODS: usize = 20;
 
 impl NodeMaintenanceSpec {
     /// The stage, `Idle` when unset.
     pub fn stage(&self) -> Stage {
         self.stage.unwrap_or_default()
+    }
+
+    /// The deadline policy, `Report` when unset.
+    pub fn deadline_policy(&self) -> DeadlinePolicy {
+        self.deadline_policy.unwrap_or_default()
     }
 }
 

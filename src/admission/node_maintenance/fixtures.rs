@@ -29,6 +29,7 @@ pub fn nm() -> NodeMaintenance {
             stage: Some(Stage::Idle),
             drain_plan: default_drain_plan(),
             reason: Some("OS upgrade".into()),
+            ..Default::default()
         },
     )
     .select_nodes(&["a"])
@@ -52,6 +53,10 @@ pub trait NmBuilder: Sized {
     fn labelled(self) -> Self;
     /// Marks the object as being deleted.
     fn deleting(self) -> Self;
+    /// Sets `spec.drainDeadlineSeconds`.
+    fn deadline(self, seconds: i64) -> Self;
+    /// Adds a pod rule selecting pods by one label.
+    fn pod_rule(self, label: Option<(&str, &str)>, behavior: crate::api::DrainBehavior) -> Self;
 }
 
 impl NmBuilder for NodeMaintenance {
@@ -114,6 +119,27 @@ impl NmBuilder for NodeMaintenance {
 
     fn deleting(mut self) -> Self {
         self.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        self
+    }
+
+    fn deadline(mut self, seconds: i64) -> Self {
+        self.spec.drain_deadline_seconds = Some(seconds);
+        self
+    }
+
+    fn pod_rule(
+        mut self,
+        label: Option<(&str, &str)>,
+        behavior: crate::api::DrainBehavior,
+    ) -> Self {
+        self.spec.pod_rules.push(crate::api::PodRule {
+            namespace_selector: None,
+            pod_selector: label.map(|(k, v)| LabelSelector {
+                match_labels: Some([(k.to_string(), v.to_string())].into()),
+                match_expressions: None,
+            }),
+            behavior,
+        });
         self
     }
 }

@@ -1,5 +1,6 @@
-//! The rules on a NodeMaintenance's spec alone: N1 (selectors well formed), N2 (reason length)
-//! and N4 (what an update may change). N3 lives with the drain plan order in `drain_plan`.
+//! The rules on a NodeMaintenance's spec alone: N1 (selectors well formed), N2 (reason length),
+//! N4 (what an update may change), N8 (the drain deadline) and N9 (the pod drain rules). N3 lives
+//! with the drain plan order in `drain_plan`.
 
 use crate::api::{DrainPlanEntry, MAX_REASON_CHARS, NodeMaintenanceSpec, Stage};
 use crate::selector::{validate_label_selector, validate_node_selector};
@@ -107,6 +108,55 @@ pub(super) fn check_stage_forward(
         "spec.stage may only move forward along Idle, Cordon, Drain, Complete (rule N4), not from {from} back to {to}; \
          to end the maintenance set Complete or delete it"
     ))
+}
+
+/// Rule N8: `spec.drainDeadlineSeconds`, when set, is at least 60 (SPEC 6.2).
+///
+/// # Errors
+/// A deadline below a minute.
+pub(super) fn check_drain_deadline(spec: &NodeMaintenanceSpec) -> Result<(), String> {
+    match spec.drain_deadline_seconds {
+        Some(s) if s < MIN_DRAIN_DEADLINE_SECONDS => Err(format!(
+            "spec.drainDeadlineSeconds: {s} is below {MIN_DRAIN_DEADLINE_SECONDS} (rule N8); give a node at least a minute to drain, or leave the field out for no deadline"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The shortest drain deadline (SPEC 6.2).
+pub const MIN_DRAIN_DEADLINE_SECONDS: i64 = 60;
+/// At most this many pod drain rules.
+pub const MAX_POD_RULES: usize = 32;
+
+/// Rule N9: at most 32 `spec.podRules`, each selector well formed (SPEC 6.2).
+///
+/// # Errors
+/// Every problem found, each naming its field path.
+pub(super) fn check_pod_rules(spec: &NodeMaintenanceSpec) -> Result<(), String> {
+    if spec.pod_rules.len() > MAX_POD_RULES {
+        return Err(format!(
+            "spec.podRules: {} rules, at most {MAX_POD_RULES} (rule N9)",
+            spec.pod_rules.len()
+        ));
+    }
+    let errors: Vec<String> = spec
+        .pod_rules
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let ns = r.namespace_selector.iter().flat_map(move |s| {
+                validate_label_selector(s, &format!("spec.podRules[{i}].namespaceSelector"))
+            });
+            let pods = r.pod_selector.iter().flat_map(move |s| {
+                validate_label_selector(s, &format!("spec.podRules[{i}].podSelector"))
+            });
+            ns.chain(pods).collect::<Vec<_>>()
+        })
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{} (rule N9); fix the selector", errors.join("; ")))
 }
 
 #[cfg(test)]

@@ -70,6 +70,13 @@ fn plan_with(extra: &[crate::api::DrainPlanEntry]) -> Vec<crate::api::DrainPlanE
 #[case::n6_status_write_allowed(update(nm(), nm()).status(), three_nodes().may_delete_only(&[]), None, &[])]
 #[case::n6_skipped_warned(create(nm()), three_nodes().cluster_wide(Authorization::Skipped("offline".into())), None, &["permission to delete the selected nodes was not checked (rule N6): offline"])]
 #[case::n6_unknown_nodes_warned(create(nm()), offline().cluster_wide(Authorization::Denied("no".into())), None, &["skipped (rule N5)", "the nodes are unknown, so permission to delete the selected nodes was not checked (rule N6)"])]
+// N8, N9 (SPEC 6.2)
+#[case::n8_deadline_allowed(create(nm().deadline(60)), three_nodes(), None, &[])]
+#[case::n8_deadline_too_short_denied(create(nm().deadline(59)), three_nodes(), Some("spec.drainDeadlineSeconds: 59 is below 60 (rule N8)"), &[])]
+#[case::n8_deadline_extended_while_draining_allowed(update(nm().stage(Stage::Drain).deadline(600), nm().stage(Stage::Drain).deadline(3600)), three_nodes(), None, &[])]
+#[case::n8_deadline_shortened_below_a_minute_denied(update(nm().stage(Stage::Drain).deadline(600), nm().stage(Stage::Drain).deadline(10)), three_nodes(), Some("(rule N8)"), &[])]
+#[case::n9_rules_allowed(create(nm().pod_rule(Some(("team", "batch")), crate::api::DrainBehavior::WaitCompleted)), three_nodes(), None, &[])]
+#[case::n9_bad_selector_denied(create(nm().pod_rule(Some(("bad key!", "x")), crate::api::DrainBehavior::Skip)), three_nodes(), Some("spec.podRules[0].podSelector.matchLabels: key \"bad key!\""), &[])]
 fn review_rows(
     #[case] call: Call,
     #[case] view: TestView,

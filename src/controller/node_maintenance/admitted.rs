@@ -152,8 +152,7 @@ pub fn waiting_statuses(
             node_ref: NodeReference { name: n.clone() },
             drain_targets: Vec::new(),
             drain_message: message.clone(),
-            pods_pending_evacuation: 0,
-            pods_evacuating: 0,
+            ..Default::default()
         })
         .collect()
 }

@@ -255,6 +255,43 @@ pub fn drain_input<R: std::ops::Deref<Target = EvictionRequest>>(
     }
 }
 
+/// Sets each pod's [`DrainPod::behavior`] (SPEC 6.2): its `evictord.dev/drain` label, else the
+/// first matching rule of the oldest maintenance holding its node. `namespace_labels` gives a
+/// namespace's labels.
+pub fn apply_pod_rules(
+    input: &mut DrainInput,
+    maintenances: &[Arc<NodeMaintenance>],
+    nodes: &[Arc<Node>],
+    pods: &[Arc<CachedPod>],
+    namespace_labels: impl Fn(&str) -> BTreeMap<String, String>,
+) {
+    let by_uid: BTreeMap<&str, &CachedPod> = pods.iter().map(|p| (p.uid(), p.as_ref())).collect();
+    let no_labels = BTreeMap::new();
+    for (node_name, list) in input.pods.iter_mut() {
+        let Some(node) = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node_name))
+        else {
+            continue;
+        };
+        let labels = node.metadata.labels.as_ref().unwrap_or(&no_labels);
+        let rules = crate::drain::rules::node_rules(crate::drain::holds::holders(
+            maintenances.iter().map(|m| m.as_ref()),
+            node_name,
+            labels,
+        ));
+        for pod in list.iter_mut() {
+            if let Some(cached) = by_uid.get(pod.uid.as_str()) {
+                pod.behavior = crate::drain::rules::behavior(
+                    &cached.labels(),
+                    &namespace_labels(&pod.namespace),
+                    rules,
+                );
+            }
+        }
+    }
+}
+
 /// Fills each pod's [`DrainPod::unregistered`] (SPEC 5.5): the interceptors still to come for it
 /// — its request's `targetInterceptors` not yet processed, or, before it has a request, the ones
 /// its annotation declares — that `registration` says no EvictionInterceptor registers.

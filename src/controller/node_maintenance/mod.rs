@@ -16,9 +16,12 @@
 
 pub mod admission;
 pub mod admitted;
+pub mod context;
 pub mod cordon;
+pub mod deadlines;
 pub mod gather;
 pub mod gauges;
+pub mod nodes;
 pub mod reconciler;
 pub mod requests;
 pub mod stages;

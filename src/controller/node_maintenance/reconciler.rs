@@ -18,19 +18,22 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action as Requeue, Config, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, debug, info_span};
 
 use super::admitted::{released, waiting_statuses, with_pending};
-use super::cordon::{NodePatch, cordon, restore};
+pub use super::context::Context;
+use super::context::{Note, keep, publish};
+use super::deadlines::{DeadlineStep, deadline_step, force};
 use super::gather::{
-    admitted_nodes, drain_input, holds_nodes, is_draining, mark_unregistered, selects,
+    admitted_nodes, apply_pod_rules, drain_input, is_draining, mark_unregistered, selects,
     waiting_nodes,
 };
 use super::gauges::refresh_gauges;
+use super::nodes::{cordon_nodes, daemonset_targeted_nodes, restore_nodes};
 use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
 use super::stages::{
     Lifecycle, drain_started, finalizers_without_ours, lifecycle, stage_statuses_with,
@@ -38,12 +41,11 @@ use super::stages::{
 };
 use super::writes::{self, Error};
 use crate::api::{
-    CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, PodType, Stage,
+    CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, Stage,
 };
 use crate::cluster::{CachedPod, Caches};
-use crate::drain::{DrainEvent, DrainOutput, MaintenanceOutput, plan_drain};
+use crate::drain::{DrainEvent, DrainInput, DrainOutput, MaintenanceOutput, plan_drain};
 use crate::metrics::{ControllerLabel, metrics};
-use crate::recorder::{Event, EventType, Recorder};
 
 const CONTROLLER: &str = "nodemaintenance";
 /// EvictionRequest writes in flight at once.
@@ -51,20 +53,6 @@ const REQUEST_WRITES: usize = 16;
 /// A safety net: maintenances with work in flight are looked at again at least this often,
 /// even if no watched change arrives.
 const RESYNC: Duration = Duration::from_secs(60);
-
-/// What the reconciler needs.
-pub struct Context {
-    /// API client.
-    pub client: Client,
-    /// Shared caches.
-    pub caches: Arc<Caches>,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// `daemonset.apps.k8s.io` runs (`--daemonset-interceptor`): DaemonSet pods leave through it.
-    pub daemonset_interceptor: bool,
-    /// `--interceptor-registration`: node messages name unregistered interceptors unless `off`.
-    pub interceptor_registration: crate::api::RegistrationMode,
-}
 
 fn controller_label() -> ControllerLabel {
     ControllerLabel {
@@ -169,23 +157,6 @@ async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Requeu
     result
 }
 
-/// An event to record on the maintenance once its writes succeeded.
-struct Note {
-    reason: &'static str,
-    message: String,
-    warning: bool,
-}
-
-impl Note {
-    fn normal(reason: &'static str, message: String) -> Self {
-        Note {
-            reason,
-            message,
-            warning: false,
-        }
-    }
-}
-
 async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requeue, Error> {
     // The latest cached copy: the trigger may be older than the store.
     let nm = ctx
@@ -231,12 +202,15 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     let mut first_error: Option<Error> = None;
     let mut done = true;
     // Drain: every maintenance in Drain resolved at once (drain targets couple them).
+    let mut drain_pods = BTreeMap::new();
     let drain = (stage == Stage::Drain).then(|| {
         let name = current.name_any();
-        let (output, pods) = resolve_drain(ctx, &nodes);
+        let (output, input, pods) = resolve_drain(ctx, &nodes);
+        drain_pods = input.pods;
         let mine = output.maintenances.into_iter().find(|o| o.name == name);
         (mine, pods)
     });
+    let mut deadlines = DeadlineStep::default();
     let mut to_request = None;
     match stage {
         Stage::Idle => {}
@@ -295,6 +269,18 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
             now.clone(),
         );
         notes.extend(mine.events.iter().map(drain_note));
+        // SPEC 6.2: each admitted node's deadline, DeadlineExceeded, and what Force deletes.
+        deadlines = deadline_step(&current, &mut status, &old_status, &drain_pods, now.0);
+        for node in &deadlines.newly {
+            metrics().deadlines_exceeded.inc();
+            notes.push(Note {
+                reason: "DeadlineExceeded",
+                message: format!(
+                    "The drain deadline of node {node} passed with targeted pods left"
+                ),
+                warning: true,
+            });
+        }
         if drained && !old_status.is_true(CONDITION_DRAINED) {
             if let Some(start) = drain_started(&status.stage_statuses) {
                 let secs = now.0.duration_since(start.0).as_secs_f64();
@@ -315,6 +301,13 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     if let Some((mine, pods)) = to_request {
         keep(&mut first_error, request_pods(ctx, mine, pods).await);
     }
+    force(
+        &ctx.client,
+        &ctx.recorder,
+        &current.name_any(),
+        &deadlines.force,
+    )
+    .await;
     publish(ctx, &current, &notes).await;
     if let Some(e) = first_error {
         return Err(e);
@@ -324,22 +317,23 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         return Ok(Requeue::await_change());
     }
     Ok(match stage {
-        Stage::Drain => Requeue::requeue(RESYNC),
+        // Looked at again when the next deadline passes, at the latest.
+        Stage::Drain => Requeue::requeue(
+            deadlines
+                .next
+                .and_then(|t| std::time::Duration::try_from(t.duration_since(now.0)).ok())
+                .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100)),
+        ),
         Stage::Complete if !done => Requeue::requeue(RESYNC),
         _ => Requeue::await_change(),
     })
 }
 
-/// Keeps the first error, so that one failed write does not stop the others.
-fn keep(first: &mut Option<Error>, result: Result<(), Error>) {
-    if let Err(e) = result {
-        warn!(error = %e, "write failed");
-        first.get_or_insert(e);
-    }
-}
-
-/// Resolves every maintenance in Drain over the caches.
-fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<CachedPod>>) {
+/// Resolves every maintenance in Drain over the caches: the decision, its input and the pods.
+fn resolve_drain(
+    ctx: &Context,
+    nodes: &[Arc<Node>],
+) -> (DrainOutput, DrainInput, Vec<Arc<CachedPod>>) {
     let maintenances = ctx.caches.node_maintenances.all();
     let pods = ctx.caches.pods.all();
     let requests = &ctx.caches.eviction_requests;
@@ -350,6 +344,9 @@ fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<Ca
         |ns, uid| requests.get(Some(ns), uid),
         ctx.daemonset_interceptor,
     );
+    apply_pod_rules(&mut input, &maintenances, nodes, &pods, |ns| {
+        ctx.caches.namespace_labels(ns)
+    });
     if ctx.interceptor_registration.reports() {
         let caches = &ctx.caches;
         mark_unregistered(
@@ -359,89 +356,11 @@ fn resolve_drain(ctx: &Context, nodes: &[Arc<Node>]) -> (DrainOutput, Vec<Arc<Ca
             |name| caches.registration(name),
         );
     }
-    (plan_drain(&input), pods)
+    (plan_drain(&input), input, pods)
 }
 
 fn drain_note(e: &DrainEvent) -> Note {
     Note::normal(e.reason(), e.message())
-}
-
-/// The nodes whose drain targets (as `mine` records them) reach DaemonSet pods.
-fn daemonset_targeted_nodes(mine: &MaintenanceOutput) -> impl Iterator<Item = &str> {
-    mine.node_statuses
-        .iter()
-        .filter(|s| {
-            s.drain_targets
-                .iter()
-                .any(|t| t.pod_type == PodType::DaemonSet)
-        })
-        .map(|s| s.node_ref.name.as_str())
-}
-
-/// Cordon and Drain: keeps every selected node cordoned, and the `tainted` ones tainted.
-async fn cordon_nodes(
-    ctx: &Context,
-    nm: &NodeMaintenance,
-    selected: &[String],
-    nodes: &[Arc<Node>],
-    tainted: &BTreeSet<&str>,
-) -> Result<(), Error> {
-    let mut first = None;
-    for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
-        let name = node.name_any();
-        if let Some(change) = cordon(node, tainted.contains(name.as_str())) {
-            let result = writes::patch_node(&ctx.client, node, &change).await;
-            if result.is_ok() {
-                publish(ctx, nm, &node_notes(&change, &name)).await;
-            }
-            keep(&mut first, result);
-        }
-    }
-    first.map_or(Ok(()), Err)
-}
-
-fn node_notes(change: &NodePatch, node: &str) -> Vec<Note> {
-    change
-        .events
-        .iter()
-        .map(|e| Note {
-            reason: e.reason(),
-            message: e.message(node),
-            warning: e.is_warning(),
-        })
-        .collect()
-}
-
-/// Complete: restores `unschedulable` and the taint on selected nodes no other Cordon/Drain
-/// maintenance holds.
-async fn restore_nodes(
-    ctx: &Context,
-    nm: &NodeMaintenance,
-    selected: &[String],
-    nodes: &[Arc<Node>],
-) -> Result<(), Error> {
-    let others: Vec<Arc<NodeMaintenance>> = ctx
-        .caches
-        .node_maintenances
-        .all()
-        .into_iter()
-        .filter(|m| m.metadata.name != nm.metadata.name && holds_nodes(m))
-        .collect();
-    let mut first = None;
-    for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
-        let name = node.name_any();
-        let held = others
-            .iter()
-            .any(|m| selects(m, node) && m.admitted().admits(&name));
-        if let Some(change) = restore(node, held) {
-            let result = writes::patch_node(&ctx.client, node, &change).await;
-            if result.is_ok() {
-                publish(ctx, nm, &node_notes(&change, &node.name_any())).await;
-            }
-            keep(&mut first, result);
-        }
-    }
-    first.map_or(Ok(()), Err)
 }
 
 /// Drain: creates or joins a request for every pod the maintenance targets.
@@ -476,7 +395,7 @@ async fn complete_requests(
 ) -> Result<bool, Error> {
     let nodes_here: BTreeSet<String> = selected.iter().cloned().collect();
     // Pods another maintenance in Drain still targets keep their requests.
-    let (output, _) = resolve_drain(ctx, nodes);
+    let (output, _, _) = resolve_drain(ctx, nodes);
     let wanted: BTreeSet<String> = output
         .maintenances
         .iter()
@@ -519,27 +438,6 @@ async fn apply_requests(ctx: &Context, actions: &[RequestAction]) -> Result<(), 
         keep(&mut first, r);
     }
     first.map_or(Ok(()), Err)
-}
-
-async fn publish(ctx: &Context, nm: &NodeMaintenance, notes: &[Note]) {
-    let reference = nm.object_ref(&());
-    for n in notes {
-        let event = Event {
-            type_: if n.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: n.reason.to_string(),
-            note: Some(n.message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        let result = ctx.recorder.publish(&event, &reference).await;
-        if let Err(err) = result {
-            warn!(error = %err, reason = n.reason, "could not record event");
-        }
-    }
 }
 
 #[cfg(test)]
