@@ -1,11 +1,13 @@
 //! A small node pool on a real kube-apiserver with kube-controller-manager, drained both ways
 //! evictord offers — one NodeMaintenance, and the real `kubectl drain` through the Eviction API
-//! bridge — with the availability of every workload sampled every 100 ms: no Deployment under
+//! bridge — and rolled one node at a time by `kubectl evictord rollout` (through the real
+//! kubectl), with the availability of every workload sampled every 100 ms: no Deployment under
 //! the goal (its declared interceptors all served) loses a replica for any time, no
-//! PodDisruptionBudget floor is broken, and no pod but the DaemonSet's is left on the drained
-//! nodes. The pool benchmark (`make bench`, part `pool`) runs the same at scale, beside
-//! `kubectl drain` alone. Also the table tests of the played scheduler's and kubelet's rules and
-//! of the sampler's arithmetic (`tests/support/pool/`).
+//! PodDisruptionBudget floor is broken, no pod but the DaemonSet's is left on the drained
+//! nodes, and the rollout never has more nodes cordoned or held than its budget. The pool
+//! benchmark (`make bench`, part `pool`) runs the same at scale, beside `kubectl drain` alone
+//! and the script users write today. Also the table tests of the played scheduler's and
+//! kubelet's rules and of the sampler's arithmetic (`tests/support/pool/`).
 
 mod support;
 
@@ -14,13 +16,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evictord::api::{CONDITION_DRAINED, NodeMaintenance};
+use evictord::api::{CONDITION_DRAINED, NodeMaintenance, ROLLOUT_LABEL};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::pool::measure::{Availability, Samples, floor_broken};
+use support::pool::nodes::{NodeWatch, Peak, Span, held_nodes};
 use support::pool::schedule::{self, Seen, Step, Timing, Unfit};
 use support::pool::workloads::{self, Budget, MIX, Variant};
 use support::pool::{DRAIN_LABEL, Pool, Spec};
@@ -416,6 +419,161 @@ fn an_unserved_interceptor_is_left_out_and_its_rows_leave_the_goal() {
     assert!(!workloads::under_goal(statefulset, &both));
 }
 
+#[test]
+fn the_sampler_counts_nodes_cordoned_or_not_ready_and_held_and_sees_them_given_back() {
+    let n = |name: &str, cordoned: bool, ready: bool| -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"unschedulable": cordoned},
+                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+            }))
+            .unwrap(),
+        )
+    };
+    let set = |v: &[&str]| -> std::collections::BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    };
+    let mut w = NodeWatch::new(set(&["a", "b"]));
+    // (t, nodes, held) → (cordoned, not ready, unavailable, held)
+    let steps = [
+        (
+            0.0,
+            vec![
+                n("a", false, true),
+                n("b", false, true),
+                n("c", false, true),
+            ],
+            set(&[]),
+            (0, 0, 0, 0),
+        ),
+        (
+            1.0,
+            vec![n("a", true, true), n("b", false, true), n("c", false, true)],
+            set(&["a"]),
+            (1, 0, 1, 1),
+        ),
+        // b NotReady counts both ways; a node outside the pool's list is never held.
+        (
+            2.0,
+            vec![
+                n("a", true, true),
+                n("b", false, false),
+                n("c", false, true),
+            ],
+            set(&["a", "z"]),
+            (1, 1, 2, 2),
+        ),
+        // a given back; c cordoned by hand: unavailable, not held.
+        (
+            3.0,
+            vec![n("a", false, true), n("b", false, true), n("c", true, true)],
+            set(&[]),
+            (1, 0, 1, 0),
+        ),
+    ];
+    for (t, nodes, held, want) in steps {
+        let c = w.observe(t, &nodes, Some(&held));
+        assert_eq!(
+            (c.cordoned, c.not_ready, c.unavailable, c.held.unwrap()),
+            want,
+            "at {t}"
+        );
+    }
+    assert!(w.given_back("a"), "a was cordoned, then schedulable");
+    assert!(!w.given_back("b"), "b was never cordoned");
+    assert!(!w.given_back("c"), "c is not a drained node");
+    let f = w.finish();
+    assert_eq!(
+        f.most_unavailable,
+        Peak {
+            count: 2,
+            at: 2.0,
+            nodes: vec!["a".into(), "b".into()]
+        }
+    );
+    assert_eq!(f.most_held.unwrap().count, 2);
+    assert_eq!(f.given_back, vec!["a".to_string()]);
+    let a = f.spans.iter().find(|s| s.node == "a").unwrap();
+    assert_eq!(
+        a.cordoned,
+        vec![Span {
+            from: 1.0,
+            to: Some(3.0)
+        }]
+    );
+    assert_eq!(
+        a.held,
+        vec![Span {
+            from: 1.0,
+            to: Some(3.0)
+        }]
+    );
+    let c = f.spans.iter().find(|s| s.node == "c").unwrap();
+    assert_eq!(
+        c.cordoned,
+        vec![Span {
+            from: 3.0,
+            to: None
+        }]
+    );
+    assert!(c.held.is_empty());
+}
+
+#[test]
+fn a_maintenance_holds_its_admitted_nodes_until_it_gives_them_back() {
+    let m = |name: &str, status: serde_json::Value| -> Arc<NodeMaintenance> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
+                "metadata": {"name": name},
+                "spec": {"nodeSelector": {"nodeSelectorTerms": []}, "stage": "Drain"},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    };
+    let condition = |status: &str| {
+        json!([{"type": "Admitted", "status": status, "reason": "R", "message": "",
+                "lastTransitionTime": "2026-11-26T00:00:00Z"}])
+    };
+    let cases = [
+        (
+            "queued",
+            m("q", json!({"conditions": condition("False")})),
+            vec![],
+        ),
+        (
+            "admitted",
+            m(
+                "a",
+                json!({"admission": {"nodes": [{"name": "n1"}, {"name": "n2"}]}, "conditions": condition("True")}),
+            ),
+            vec!["n1", "n2"],
+        ),
+        (
+            "given back",
+            m(
+                "r",
+                json!({"admission": {"nodes": [{"name": "n3"}], "releasedTime": "2026-11-26T00:01:00Z"}}),
+            ),
+            vec![],
+        ),
+        (
+            "acted before records were kept",
+            m(
+                "e",
+                json!({"conditions": condition("True"), "nodeStatuses": [{"nodeRef": {"name": "n4"}}]}),
+            ),
+            vec!["n4"],
+        ),
+    ];
+    for (what, nm, want) in cases {
+        let got: Vec<String> = held_nodes(&[nm]).into_iter().collect();
+        assert_eq!(got, want, "{what}");
+    }
+}
+
 // ---- the pool on the real control plane ----
 
 /// 4 nodes, 2 drained, about 30 pods: every row of the mix.
@@ -541,6 +699,94 @@ async fn kubectl_drain_through_the_bridge_drains_a_pool_without_downtime() {
         .expect("the Deployments back at their replicas");
     let samples = sampler.stop().await;
     assert_no_downtime(&samples, "kubectl drain through the bridge");
+    pool.remove().await.unwrap();
+}
+
+/// `kubectl evictord rollout` of the drained nodes one at a time, through the real kubectl, with
+/// a step that records each node: the step runs once per node, never more than one node is
+/// cordoned (or held by a maintenance) at once, every node is given back, the rollout's objects
+/// are gone, and no Deployment under the goal loses a replica.
+#[tokio::test]
+async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
+    let (client, ns) = setup("pool-roll").await;
+    let c = support::control_plane::cluster_with_controller_manager().await;
+    let pool = settled_pool(&client, &ns, Variant::Full).await;
+    let ran = c.dir.join(format!("rollout-steps-{ns}"));
+    let log = c.dir.join(format!("rollout-{ns}.log"));
+    let step = format!("echo \"$EVICTORD_NODE\" >> {}", ran.display());
+    let selector = format!("{DRAIN_LABEL}={ns}");
+    let sampler = pool.sample(Duration::from_secs(300)).await.unwrap();
+    let args = [
+        "rollout",
+        &ns,
+        "-l",
+        &selector,
+        "--max-unavailable",
+        "1",
+        "--exec",
+        &step,
+        "--timeout",
+        "200s",
+    ];
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = support::plugin::plugin_command(&args)
+        .await
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("kubectl evictord rollout");
+    let deadline = Instant::now() + Duration::from_secs(230);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(code, Some(0), "kubectl evictord rollout:\n{output}");
+    pool.wait_restored(Duration::from_secs(90))
+        .await
+        .expect("the Deployments back at their replicas");
+    let samples = sampler.stop().await;
+    let mut stepped: Vec<String> = std::fs::read_to_string(&ran)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    stepped.sort();
+    assert_eq!(stepped, pool.drained, "the step once per node:\n{output}");
+    let nodes = &samples.nodes;
+    assert!(
+        nodes.most_unavailable.count <= 1,
+        "more than one node cordoned or NotReady at once: {:?}\n{output}",
+        nodes.most_unavailable
+    );
+    let held = nodes.most_held.as_ref().expect("the maintenances watched");
+    assert!(held.count <= 1, "more than one node held at once: {held:?}");
+    let mut back = nodes.given_back.clone();
+    back.sort();
+    assert_eq!(back, pool.drained, "every node given back");
+    // The rollout deletes its maintenances at the end; evictord removes their finalizers.
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let mine = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={ns}"));
+    until(
+        Duration::from_secs(60),
+        "the rollout's maintenances gone",
+        || async { nms.list(&mine).await.ok()?.items.is_empty().then_some(()) },
+    )
+    .await;
+    assert_no_downtime(&samples, "kubectl evictord rollout");
+    eprintln!(
+        "rollout: {} pods moved of {} on the rolled nodes at the start",
+        samples.departures.len(),
+        samples.pods_on_drained_at_start
+    );
     pool.remove().await.unwrap();
 }
 

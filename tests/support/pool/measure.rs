@@ -2,24 +2,33 @@
 //! watch, not lists): for each workload its available pods (Running, Ready, not terminating —
 //! what a Service would send traffic to and what the disruption controller counts as healthy)
 //! against its desired count, the replica-seconds below it, and whether its PodDisruptionBudget's
-//! floor was broken; the pods on the drained nodes, and when each left.
+//! floor was broken; the pods on the drained nodes, and when each left; and the pool's nodes
+//! ([`super::nodes`]: how many were unavailable at once, cordoned or not `Ready`, and how many a
+//! maintenance held).
 //!
 //! Definitions (the report quotes them):
 //! - *desired*: the workload's replica count before the drain (Deployments and StatefulSets
 //!   `spec.replicas`, the DaemonSet its `desiredNumberScheduled`, a bare pod 1);
 //! - *unavailability*: Σ over samples of max(0, desired − available) × the time to the next
 //!   sample, in replica-seconds;
-//! - *floor broken*: available < `minAvailable`, or desired − available > `maxUnavailable`.
+//! - *floor broken*: available < `minAvailable`, or desired − available > `maxUnavailable`;
+//! - *pods to drain*: the pods (not the DaemonSet's) seen on a drained node before that node was
+//!   given back (uncordoned after its cordon, as a rollout or a script's `kubectl uncordon` does):
+//!   a pod that lands on a node once it is back is not one to drain. Each that disappears from
+//!   its drained node is a *departure* (a pod moved twice, from one drained node to another not
+//!   drained yet, departs twice).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use evictord::api::NodeMaintenance;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+use super::nodes::{NodeCounts, NodeFigures, NodeWatch, held_nodes};
 use super::schedule::is_ready;
 use super::workloads::{Budget, Kind, ROW_LABEL, WORKLOAD_LABEL};
 
@@ -128,6 +137,8 @@ pub struct TotalSample {
     pub replicas_below_desired: i64,
     /// Workloads whose PodDisruptionBudget floor is broken.
     pub floors_broken: usize,
+    /// The pool's nodes.
+    pub nodes: NodeCounts,
 }
 
 /// A pod that left a drained node.
@@ -154,6 +165,10 @@ pub struct Samples {
     /// Pods (not the DaemonSet's) still on the drained nodes at the last sample.
     pub left_on_drained: Vec<String>,
     pub daemonset_pods_left_on_drained: usize,
+    /// Pods (not the DaemonSet's) on the drained nodes at the first sample.
+    pub pods_on_drained_at_start: usize,
+    /// The pool's nodes.
+    pub nodes: NodeFigures,
 }
 
 impl Samples {
@@ -172,21 +187,40 @@ impl Samples {
             .filter(|w| w.availability.floor_broken_samples > 0)
             .collect()
     }
+
+    /// Departures ÷ the pods on the drained nodes at the start (`None` when there were none):
+    /// 1.0 when every pod moved once.
+    pub fn moves_per_pod(&self) -> Option<f64> {
+        (self.pods_on_drained_at_start > 0)
+            .then(|| self.departures.len() as f64 / self.pods_on_drained_at_start as f64)
+    }
+}
+
+/// What the sampler reads: the pods of the pool's namespace, the pool's nodes, and the
+/// NodeMaintenances when they are watched (`None`: no held count).
+pub struct Sources {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub maintenances: Option<Store<NodeMaintenance>>,
 }
 
 /// A running sampler.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Samples>,
+    /// Tasks that feed the sources (stopped with the sampler).
+    feeding: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Samples `pods` every `every` for at most `bound`, until [`Sampler::stop`].
+/// Samples `sources` every `every` for at most `bound`, until [`Sampler::stop`]; `feeding` are
+/// the tasks that feed sources of the sampler's own, stopped with it.
 pub fn sample(
-    pods: Store<Pod>,
+    sources: Sources,
     tracked: Vec<Tracked>,
     drained: BTreeSet<String>,
     every: Duration,
     bound: Duration,
+    feeding: Vec<tokio::task::JoinHandle<()>>,
 ) -> Sampler {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -195,7 +229,16 @@ pub fn sample(
         let start = Instant::now();
         let rounds = (bound.as_secs_f64() / every.as_secs_f64()).ceil() as usize;
         for _ in 0..rounds.max(1) {
-            state.take(start.elapsed().as_secs_f64(), &pods.state());
+            let held = sources
+                .maintenances
+                .as_ref()
+                .map(|m| held_nodes(&m.state()));
+            state.take(
+                start.elapsed().as_secs_f64(),
+                &sources.pods.state(),
+                &sources.nodes.state(),
+                held.as_ref(),
+            );
             if s.load(Ordering::Acquire) {
                 break;
             }
@@ -203,14 +246,22 @@ pub fn sample(
         }
         state.finish()
     });
-    Sampler { stop, task }
+    Sampler {
+        stop,
+        task,
+        feeding,
+    }
 }
 
 impl Sampler {
     /// Takes a last sample and returns what was seen.
     pub async fn stop(self) -> Samples {
         self.stop.store(true, Ordering::Release);
-        self.task.await.unwrap_or_default()
+        let samples = self.task.await.unwrap_or_default();
+        for f in &self.feeding {
+            f.abort();
+        }
+        samples
     }
 }
 
@@ -221,6 +272,7 @@ struct State {
     drained: BTreeSet<String>,
     /// Pods seen on drained nodes, by UID: (pod, workload, row, node); removed when departed.
     on_drained: HashMap<String, (String, String, String, String)>,
+    nodes: NodeWatch,
     out: Samples,
 }
 
@@ -239,13 +291,21 @@ impl State {
             tracked,
             index,
             availability,
+            nodes: NodeWatch::new(drained.clone()),
             drained,
             on_drained: HashMap::new(),
             out: Samples::default(),
         }
     }
 
-    fn take(&mut self, t: f64, pods: &[Arc<Pod>]) {
+    fn take(
+        &mut self,
+        t: f64,
+        pods: &[Arc<Pod>],
+        nodes: &[Arc<Node>],
+        held: Option<&BTreeSet<String>>,
+    ) {
+        let node_counts = self.nodes.observe(t, nodes, held);
         let mut counts = vec![0i32; self.tracked.len()];
         let mut present = BTreeSet::new();
         let (mut on_drained, mut ds_on_drained) = (0, 0);
@@ -266,8 +326,12 @@ impl State {
                 ds_on_drained += 1;
                 continue;
             }
-            on_drained += 1;
             let uid = p.metadata.uid.clone().unwrap_or_default();
+            // A pod that landed on the node once it was back is not one to drain.
+            if self.nodes.given_back(node) && !self.on_drained.contains_key(&uid) {
+                continue;
+            }
+            on_drained += 1;
             present.insert(uid.clone());
             self.on_drained.entry(uid).or_insert_with(|| {
                 (
@@ -312,7 +376,11 @@ impl State {
             daemonset_pods_on_drained: ds_on_drained,
             replicas_below_desired: below,
             floors_broken: broken,
+            nodes: node_counts,
         });
+        if self.out.samples == 0 {
+            self.out.pods_on_drained_at_start = on_drained;
+        }
         self.out.samples += 1;
         self.out.seconds = t;
         self.out.daemonset_pods_left_on_drained = ds_on_drained;
@@ -322,6 +390,7 @@ impl State {
         let mut left: Vec<String> = self.on_drained.values().map(|v| v.0.clone()).collect();
         left.sort();
         self.out.left_on_drained = left;
+        self.out.nodes = self.nodes.finish();
         self.out.workloads = self
             .tracked
             .into_iter()

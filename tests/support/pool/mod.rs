@@ -9,6 +9,7 @@
 //! NodeMaintenance selects them by it). The workloads live in one namespace of their own.
 
 pub mod measure;
+pub mod nodes;
 pub mod played;
 pub mod schedule;
 pub mod workloads;
@@ -22,8 +23,11 @@ use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::api::{GroupVersionKind, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+
+use evictord::api::NodeMaintenance;
 
 use measure::Tracked;
 use played::Played;
@@ -412,14 +416,36 @@ impl Pool {
         self.drained.iter().cloned().collect()
     }
 
-    /// Starts sampling the pool every 100 ms (for at most `bound`).
+    /// Starts sampling the pool every 100 ms (for at most `bound`): its pods, its nodes, and the
+    /// NodeMaintenances (a watch of their own, which needs evictord's CRDs installed; until it
+    /// has its first list no node counts as held).
     pub async fn sample(&self, bound: Duration) -> anyhow::Result<measure::Sampler> {
+        let (maintenances, writer) = reflector::store::<NodeMaintenance>();
+        let watch = watcher(
+            Api::<NodeMaintenance>::all(self.client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .reflect(writer);
+        let feed = tokio::spawn(async move {
+            futures::pin_mut!(watch);
+            while watch.next().await.is_some() {}
+        });
+        let sources = measure::Sources {
+            pods: self.played.pods(),
+            nodes: self.played.nodes(),
+            maintenances: Some(maintenances.clone()),
+        };
+        // The held count starts from the maintenances as they are, not from an empty store.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), maintenances.wait_until_ready()).await;
         Ok(measure::sample(
-            self.played.pods(),
+            sources,
             self.tracked().await?,
             self.drained_set(),
             Duration::from_millis(100),
             bound,
+            vec![feed],
         ))
     }
 
