@@ -1,5 +1,5 @@
-//! A row of the goals table (issues 17 and 35): the goal, what it is about, this run's figure,
-//! the target and the [`Verdict`]. `goals.rs` and `pool_report.rs` make the rows; `REPORT.md`
+//! A row of the goals table (issues 17, 35 and 41): the goal, what it is about, this run's figure,
+//! the target and the [`Verdict`]. `goals.rs` and `pool_goals.rs` make the rows; `REPORT.md`
 //! shows them first, `report.json` holds them as `goals`.
 
 use serde::Serialize;
@@ -35,7 +35,8 @@ impl Verdict {
 /// One row of the goals table.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
-    /// The issue's goal number (`1` to `6`, `profile`).
+    /// Issue 17's goal number (`1` to `6`, `profile`), or the issue of the pool part's rows
+    /// (`35`, `41`).
     pub goal: String,
     pub what: String,
     pub measured: String,

@@ -71,7 +71,7 @@ pub fn evaluate(r: &Report) -> Vec<Goal> {
     drain_goals(r, &mut out);
     create_goal(r, &mut out);
     profile_goals(r, &mut out);
-    crate::pool_report::goals(r, &mut out);
+    crate::pool_goals::goals(r, &mut out);
     out
 }
 
@@ -730,7 +730,7 @@ fn profile_goals(r: &Report, out: &mut Vec<Goal>) {
 /// The goals table.
 pub fn markdown(goals: &[Goal]) -> String {
     let mut o = String::from(
-        "## Goals (issues 17 and 35)\n\nEach figure from this run (medians of its runs; details in the sections below and in `report.json`), beside its target.\n\n| goal | what | this run | target | |\n|---|---|---|---|---|\n",
+        "## Goals (issues 17, 35 and 41)\n\nEach figure from this run (medians of its runs; details in the sections below and in `report.json`), beside its target.\n\n| goal | what | this run | target | |\n|---|---|---|---|---|\n",
     );
     for g in goals {
         o += &format!(

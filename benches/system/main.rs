@@ -15,8 +15,10 @@
 //! 4. a node maintenance drain: N nodes × P pods, one NodeMaintenance in stage Drain, time to
 //!    `Drained=True`, evictions/s and evictord's peak RSS ([`drain`]);
 //! 5. a node pool of every kind of workload drained side by side with the real `kubectl drain`,
-//!    with and without evictord, and by a NodeMaintenance: availability sampled every 100 ms,
-//!    PodDisruptionBudget floors, time ([`pool`], issue 35).
+//!    with and without evictord, and by a NodeMaintenance; and rolled node after node by the
+//!    script users write today and N at a time by `kubectl evictord rollout`: availability
+//!    sampled every 100 ms, PodDisruptionBudget floors, nodes unavailable at once, pods moved,
+//!    time ([`pool`], issues 35 and 41).
 //!
 //! They run in the order 1, 3, 4, 5, 2 (memory last, see `main`). Writes
 //! `$CARGO_TARGET_DIR/bench/report.json` (raw numbers) and `REPORT.md` (medians, and a table of
@@ -42,9 +44,13 @@ mod loadgen;
 mod machine;
 mod memory;
 mod pool;
+mod pool_drive;
 mod pool_files;
+mod pool_goals;
 mod pool_mode;
+mod pool_nodes;
 mod pool_report;
+mod pool_requests;
 mod pool_results;
 mod processes;
 mod prom;

@@ -1,5 +1,5 @@
-//! Part 5 (issue 35): a node pool drained side by side with `kubectl drain`, on the real control
-//! plane (kube-apiserver v1.20 + etcd + kube-controller-manager's workload, disruption and HPA
+//! Part 5 (issues 35 and 41): a node pool drained, and rolled, side by side with `kubectl drain`,
+//! on the real control plane (kube-apiserver v1.20 + etcd + kube-controller-manager's workload, disruption and HPA
 //! controllers), with the played scheduler and kubelet of `tests/support/pool/`.
 //!
 //! Each mode runs on a fresh pool (`EVICTORD_BENCH_POOL_NODES` nodes, the first
@@ -13,12 +13,19 @@
 //! - the same two with `evictord+`: `evictord serve` (release build, the shipped defaults and
 //!   `EVICTORD_BENCH_POOL_EVICTORD_FLAGS`) started on the settled pool, its webhooks registered
 //!   (the Eviction API bridge among them); without it, no webhook is registered;
-//! - `evictord+nodemaintenance`: one NodeMaintenance in stage Drain selecting the drained nodes.
+//! - `evictord+nodemaintenance`: one NodeMaintenance in stage Drain selecting the drained nodes;
+//! - `script-each` (issue 41), with or without evictord: the script users write to roll a pool
+//!   today, node after node `kubectl drain NODE`, the per-node step (`sleep
+//!   EVICTORD_BENCH_POOL_STEP`, standing in for a reboot), `kubectl uncordon NODE`;
+//! - `evictord+rollout` and `evictord+rollout-cordon-first`: `kubectl evictord rollout` of the
+//!   drained nodes with `--max-unavailable EVICTORD_BENCH_POOL_MAX_UNAVAILABLE`, the same step as
+//!   `--exec` (and `--cordon-first`). [`crate::pool_drive`] runs each.
 //!
-//! A mode's drain is stopped after `EVICTORD_BENCH_POOL_TIMEOUT`. Sampled every 100 ms from the
-//! played kubelet's watch cache from the drain's start until the Deployments and StatefulSets are
-//! back (at most 2 minutes after the drain ended): each workload's available pods against its
-//! replica count before the drain ([`crate::support::pool::measure`]). Also kube-apiserver's own
+//! A mode's drain is stopped after `EVICTORD_BENCH_POOL_TIMEOUT` (plus the steps' time where it
+//! runs them). Sampled every 100 ms from the played kubelet's watch caches from the drain's start
+//! until the Deployments and StatefulSets are back (at most 2 minutes after the drain ended):
+//! each workload's available pods against its replica count before the drain, and the pool's
+//! nodes, cordoned, not Ready or held by a maintenance ([`crate::support::pool::measure`]). Also kube-apiserver's own
 //! request counters and histograms over the same window, the CPU of kube-apiserver, etcd and
 //! evictord, evictord's peak RSS, and with evictord what its EvictionRequests say (how long each
 //! interceptor was active, the messages of the worst workload's requests). Raw samples, the
@@ -26,20 +33,16 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use evictord::api::{CONDITION_DRAINED, CONDITION_EVICTED, EvictionRequest, NodeMaintenance};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use evictord::api::EvictionRequest;
+use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::cluster::{delete_requests, unregister_webhooks};
-use crate::loadgen::median;
+use crate::pool_drive::{Run, delete_maintenances, delete_rollout, drain_with_maintenance};
 use crate::pool_mode::{Drainer, Mode};
-use crate::pool_results::{
-    Call, InterceptorFigures, ModeOutcome, ModeResult, PoolResults, RequestFigures, RowFigures,
-    Worst,
-};
+use crate::pool_results::{ModeOutcome, ModeResult, PoolResults, RowFigures, Worst};
 use crate::settings::{PoolSettings, Settings};
 use crate::support;
 use crate::support::pool::measure::{Samples, WorkloadFigures};
@@ -69,6 +72,8 @@ pub async fn run(
         pods: p.pods,
         timeout_seconds: p.timeout.as_secs_f64(),
         node_timeout_seconds: p.node_timeout.as_secs_f64(),
+        step_seconds: p.step.as_secs_f64(),
+        max_unavailable: p.max_unavailable.clone(),
         start_delay_seconds: p.start_delay.as_secs_f64(),
         grace_seconds: p.grace.as_secs_f64(),
         kubectl_flags: KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()).collect(),
@@ -143,39 +148,57 @@ async fn run_mode(
     let cpu0 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(evictord_pid)];
     let counters0 = support::apiserver::counters(client).await?;
     let histograms0 = crate::prom::scrape_apiserver(client).await;
+    let deadline = p.mode_timeout(mode.drainer);
     let sampler = pool
-        .sample(p.timeout + RESTORE + Duration::from_secs(60))
+        .sample(deadline + RESTORE + Duration::from_secs(60))
         .await?;
+    let request_watch = crate::pool_requests::RequestWatch::start(client, &ns).await;
     let t0 = Instant::now();
     let log = dir.join(format!("pool-{}-kubectl.log", mode.slug()));
     // Each call of the mode appends: start from an empty log, not an earlier run's.
     if log.exists() {
         std::fs::remove_file(&log)?;
     }
+    let run = Run {
+        c,
+        p,
+        t0,
+        deadline,
+        log: &log,
+    };
     let (completed, calls) = match mode.drainer {
         Drainer::KubectlEach => {
             let mut calls = Vec::new();
             for node in &pool.drained {
-                if t0.elapsed() >= p.timeout {
+                if t0.elapsed() >= deadline {
                     break;
                 }
-                calls.push(kubectl_drain(c, std::slice::from_ref(node), p, t0, &log).await?);
+                calls.push(run.kubectl_drain(std::slice::from_ref(node)).await?);
             }
             let all =
                 calls.len() == pool.drained.len() && calls.iter().all(|c| c.exit_code == Some(0));
             (all, calls)
         }
         Drainer::KubectlAll => {
-            let call = kubectl_drain(c, &pool.drained, p, t0, &log).await?;
+            let call = run.kubectl_drain(&pool.drained).await?;
             (call.exit_code == Some(0), vec![call])
         }
         Drainer::NodeMaintenance => (
-            drain_with_maintenance(client, &ns, &id, p.timeout).await?,
+            drain_with_maintenance(client, &ns, &id, deadline).await?,
             Vec::new(),
         ),
+        Drainer::ScriptEach => run.script_each(&pool.drained).await?,
+        Drainer::Rollout | Drainer::RolloutCordonFirst => {
+            let selector = format!("{DRAIN_LABEL}={id}");
+            let cordon_first = mode.drainer == Drainer::RolloutCordonFirst;
+            let call = run
+                .rollout(&ns, &selector, &pool.drained, cordon_first)
+                .await?;
+            (call.exit_code == Some(0), vec![call])
+        }
     };
     let completion_seconds = t0.elapsed().as_secs_f64();
-    let stopped_at_timeout = !completed && completion_seconds >= p.timeout.as_secs_f64();
+    let stopped_at_timeout = !completed && completion_seconds >= deadline.as_secs_f64();
     eprintln!(
         "[pool] {}: {} after {completion_seconds:.0} s",
         mode.id(),
@@ -201,7 +224,7 @@ async fn run_mode(
     let (requests, writes) = crate::prom::request_totals(&counters0, &counters1);
     let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
     let requests_figures = if mode.evictord {
-        Some(request_figures(client, &ns).await?)
+        Some(request_watch.stop().await)
     } else {
         None
     };
@@ -217,9 +240,11 @@ async fn run_mode(
         [worst.as_ref(), worst_deployment.as_ref()],
         completion_seconds,
     )?;
-    if matches!(mode.drainer, Drainer::KubectlEach | Drainer::KubectlAll) {
+    if mode.drainer != Drainer::NodeMaintenance {
         files.push(file_name(&log));
     }
+    let node_rolls = crate::pool_nodes::rolls(&samples, &pool.drained);
+    let roll_summary = crate::pool_nodes::summary(&node_rolls, completion_seconds);
     let result = ModeResult {
         mode,
         id: mode.id(),
@@ -252,6 +277,18 @@ async fn run_mode(
         pods_left_on_drained: samples.left_on_drained.clone(),
         daemonset_pods_left_on_drained: samples.daemonset_pods_left_on_drained,
         pods_evicted: evicted,
+        pods_at_start: samples.pods_on_drained_at_start,
+        moves_per_pod: samples.moves_per_pod(),
+        most_unavailable: samples.nodes.most_unavailable.clone(),
+        most_held: samples.nodes.most_held.clone(),
+        allowed_unavailable: mode
+            .drainer
+            .is_rollout()
+            .then(|| p.allowed_unavailable().ok())
+            .flatten(),
+        step_seconds: mode.drainer.rolls().then_some(p.step.as_secs_f64()),
+        node_rolls,
+        roll_summary,
         last_departures: samples.departures.iter().rev().take(5).cloned().collect(),
         api_requests_per_evicted_pod: per(requests),
         api_writes_per_evicted_pod: per(writes),
@@ -284,7 +321,7 @@ async fn run_mode(
         clean_up_seconds: 0.0,
     };
     eprintln!(
-        "[pool] {}: Deployments {:.1} replica-s below desired (min {:.2}), StatefulSets {:.1}, {} PDB floors broken, {} pods left on drained nodes, {} evicted, {:.1} kube-apiserver requests per evicted pod",
+        "[pool] {}: Deployments {:.1} replica-s below desired (min {:.2}), StatefulSets {:.1}, {} PDB floors broken, {} pods left on drained nodes, {} evicted of {} there at the start, at most {} nodes cordoned or NotReady at once{}, {:.1} kube-apiserver requests per evicted pod",
         result.id,
         result.deployment_replica_seconds,
         result.deployment_min_ratio,
@@ -292,6 +329,12 @@ async fn run_mode(
         result.floors_broken.len(),
         result.pods_left_on_drained.len(),
         evicted,
+        result.pods_at_start,
+        result.most_unavailable.count,
+        result.most_held.as_ref().map_or(String::new(), |h| format!(
+            " ({} held by maintenances)",
+            h.count
+        )),
         result.api_requests_per_evicted_pod
     );
     let t = Instant::now();
@@ -317,80 +360,6 @@ fn kind_sum(samples: &Samples, kind: Kind) -> f64 {
         .filter(|w| w.tracked.kind == kind)
         .map(|w| w.availability.unavailable_replica_seconds)
         .sum()
-}
-
-/// One `kubectl drain` of `nodes`, bounded by the call's `--timeout` and the mode's timeout
-/// (measured from `t0`); its output appended to `log`.
-async fn kubectl_drain(
-    c: &support::TestCluster,
-    nodes: &[String],
-    p: &PoolSettings,
-    t0: Instant,
-    log: &Path,
-) -> anyhow::Result<Call> {
-    let mut args = vec!["drain".to_string()];
-    args.extend(nodes.iter().cloned());
-    args.extend(KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()));
-    args.push(format!("--timeout={}s", p.node_timeout.as_secs()));
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    std::io::Write::write_all(
-        &mut file,
-        format!(
-            "=== {:.1} s: kubectl {}\n",
-            t0.elapsed().as_secs_f64(),
-            args.join(" ")
-        )
-        .as_bytes(),
-    )?;
-    let start = Instant::now();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut child = support::tools::kubectl_command(c, &args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .spawn()?;
-    let exit_code = loop {
-        if let Some(status) = child.try_wait()? {
-            break status.code();
-        }
-        if t0.elapsed() >= p.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    Ok(Call {
-        nodes: nodes.to_vec(),
-        seconds: start.elapsed().as_secs_f64(),
-        exit_code,
-        last_line: text.lines().last().unwrap_or_default().to_string(),
-    })
-}
-
-/// Creates the NodeMaintenance and waits (on a watch) for `Drained=True`, at most `timeout`.
-async fn drain_with_maintenance(
-    client: &Client,
-    name: &str,
-    pool: &str,
-    timeout: Duration,
-) -> anyhow::Result<bool> {
-    let api: Api<NodeMaintenance> = Api::all(client.clone());
-    let nm = support::fixtures::draining_maintenance(name, DRAIN_LABEL, pool, "pool benchmark");
-    api.create(&PostParams::default(), &nm).await?;
-    let drained = |nm: Option<&NodeMaintenance>| {
-        nm.and_then(|n| n.status.as_ref())
-            .is_some_and(|s| s.is_true(CONDITION_DRAINED))
-    };
-    let wait = kube::runtime::wait::await_condition(api, name, drained);
-    Ok(matches!(
-        tokio::time::timeout(timeout, wait).await,
-        Ok(Ok(_))
-    ))
 }
 
 /// Each row's figures.
@@ -507,62 +476,6 @@ async fn worst(
     })
 }
 
-/// What the mode's EvictionRequests say: how long each took, each interceptor's active time,
-/// the Eviction API calls a PDB refused.
-async fn request_figures(client: &Client, ns: &str) -> anyhow::Result<RequestFigures> {
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
-    let list = api.list(&ListParams::default()).await?;
-    let mut out = RequestFigures {
-        requests: list.items.len(),
-        ..Default::default()
-    };
-    let mut lifetimes = Vec::new();
-    let mut active: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in &list.items {
-        let Some(s) = &r.status else { continue };
-        let evicted = s
-            .condition(CONDITION_EVICTED)
-            .filter(|c| c.status == "True")
-            .map(|c| c.last_transition_time.0);
-        if let (Some(e), Some(created)) = (evicted, &r.metadata.creation_timestamp) {
-            out.evicted += 1;
-            lifetimes.push(e.duration_since(created.0).as_secs_f64());
-        }
-        let counter = s
-            .pod_eviction_status
-            .as_ref()
-            .map_or(0, |p| p.failed_api_eviction_counter);
-        if counter > 0 {
-            out.with_refused_evictions += 1;
-            out.refused_evictions += i64::from(counter);
-        }
-        for i in &s.interceptors {
-            let Some(from) = &i.activation_time else {
-                continue;
-            };
-            let to = i.completion_time.as_ref().map(|t| t.0).or(evicted);
-            if let Some(to) = to {
-                active
-                    .entry(i.name.clone())
-                    .or_default()
-                    .push(to.duration_since(from.0).as_secs_f64());
-            }
-        }
-    }
-    out.median_seconds = median(lifetimes.iter().copied());
-    out.max_seconds = lifetimes.iter().copied().fold(0.0, f64::max);
-    out.interceptors = active
-        .into_iter()
-        .map(|(name, v)| InterceptorFigures {
-            name,
-            activations: v.len(),
-            median_active_seconds: median(v.iter().copied()),
-            max_active_seconds: v.iter().copied().fold(0.0, f64::max),
-        })
-        .collect();
-    Ok(out)
-}
-
 /// kube-apiserver's request durations and webhook calls over the window, the ten series that
 /// took the most time in all.
 fn top_histograms(
@@ -584,8 +497,9 @@ fn top_histograms(
     v
 }
 
-/// Stops the drain's leftovers: the webhooks, the NodeMaintenance (named after the namespace;
-/// evictord still running, so it removes its finalizer), evictord, the EvictionRequests, the pool.
+/// Stops the drain's leftovers: the webhooks, the NodeMaintenance (named after the namespace)
+/// or what a rollout (named after it too) left (evictord still running, so it removes their
+/// finalizers), evictord, the EvictionRequests, the pool.
 async fn clean_up(
     client: &Client,
     ns: &str,
@@ -595,16 +509,11 @@ async fn clean_up(
 ) -> anyhow::Result<()> {
     unregister_webhooks(client).await?;
     if mode.drainer == Drainer::NodeMaintenance {
-        let api: Api<NodeMaintenance> = Api::all(client.clone());
-        api.delete(ns, &DeleteParams::default()).await?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while api.get_opt(ns).await?.is_some() {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "NodeMaintenance {ns} not deleted within 120 s"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        let named = ListParams::default().fields(&format!("metadata.name={ns}"));
+        delete_maintenances(client, named).await?;
+    }
+    if mode.drainer.is_rollout() {
+        delete_rollout(client, ns).await?;
     }
     drop(evictord);
     delete_requests(client, ns).await?;

@@ -5,8 +5,10 @@
 //!   of that workload), `t` in seconds since the drain started;
 //! - `totals.csv`: every sample (every 100 ms): pods (not the DaemonSet's) and DaemonSet pods on
 //!   the drained nodes, replicas below desired over all workloads, PodDisruptionBudget floors
-//!   broken;
+//!   broken, the pool's nodes cordoned, not Ready, either, and held by an admitted NodeMaintenance
+//!   or not Ready (empty without a maintenance watch);
 //! - `departures.csv`: each pod that left a drained node, when;
+//! - `nodes.csv`: each span a node was cordoned or held by a maintenance;
 //! - the plot: available ÷ desired over time of the mode's worst Deployment or StatefulSet, and
 //!   of its worst Deployment under the goal.
 
@@ -46,17 +48,21 @@ pub fn write(
     }
     put("-availability.csv", a)?;
     let mut t = String::from(
-        "t,pods_on_drained_nodes,daemonset_pods_on_drained_nodes,replicas_below_desired,pdb_floors_broken\n",
+        "t,pods_on_drained_nodes,daemonset_pods_on_drained_nodes,replicas_below_desired,pdb_floors_broken,nodes_cordoned,nodes_not_ready,nodes_unavailable,nodes_held\n",
     );
     for s in &samples.totals {
         let _ = writeln!(
             t,
-            "{:.2},{},{},{},{}",
+            "{:.2},{},{},{},{},{},{},{},{}",
             s.t,
             s.pods_on_drained,
             s.daemonset_pods_on_drained,
             s.replicas_below_desired,
-            s.floors_broken
+            s.floors_broken,
+            s.nodes.cordoned,
+            s.nodes.not_ready,
+            s.nodes.unavailable,
+            s.nodes.held.map_or(String::new(), |h| h.to_string())
         );
     }
     put("-totals.csv", t)?;
@@ -69,6 +75,21 @@ pub fn write(
         );
     }
     put("-departures.csv", d)?;
+    let mut n = String::from("node,what,from,to\n");
+    for x in &samples.nodes.spans {
+        for (what, spans) in [("cordoned", &x.cordoned), ("held", &x.held)] {
+            for span in spans {
+                let _ = writeln!(
+                    n,
+                    "{},{what},{:.2},{}",
+                    x.node,
+                    span.from,
+                    span.to.map_or(String::new(), |t| format!("{t:.2}"))
+                );
+            }
+        }
+    }
+    put("-nodes.csv", n)?;
     let mut plotted: Vec<&Worst> = plotted.into_iter().flatten().collect();
     plotted.dedup_by(|a, b| a.workload == b.workload);
     if !plotted.is_empty() {

@@ -1,6 +1,6 @@
-//! The pool part's modes (issue 35): which pool, what drains it, with or without evictord
-//! ([`Mode`], as written in `EVICTORD_BENCH_POOL_MODES`), and the modes `make bench` runs
-//! ([`DEFAULT_MODES`]).
+//! The pool part's modes (issues 35 and 41): which pool, what drains it, with or without
+//! evictord ([`Mode`], as written in `EVICTORD_BENCH_POOL_MODES`), and the modes `make bench`
+//! runs ([`DEFAULT_MODES`]).
 
 use std::str::FromStr;
 
@@ -9,13 +9,22 @@ use serde::Serialize;
 use crate::support::pool::workloads::Variant;
 
 /// The modes `make bench` runs: the finishable pool first (kubectl drain alone finishes there:
-/// the times to compare), then the full one.
+/// the times to compare), then the full one. Issue 41's rolls run on the finishable pool only,
+/// the three its goals need: on the full pool the script alone never finishes (each 1-replica
+/// budget holds its `kubectl drain` until the call's timeout), so there is no time to compare
+/// with, and what a rollout's maintenances do to availability there `full/evictord+nodemaintenance`
+/// already measures (the same drain, every node at once). The
+/// script with evictord (`finishable/evictord+script-each`) and the full pool's rolls run when
+/// named in `EVICTORD_BENCH_POOL_MODES`.
 pub const DEFAULT_MODES: &[&str] = &[
     "finishable/kubectl-each",
     "finishable/kubectl-all",
     "finishable/evictord+kubectl-each",
     "finishable/evictord+kubectl-all",
     "finishable/evictord+nodemaintenance",
+    "finishable/script-each",
+    "finishable/evictord+rollout",
+    "finishable/evictord+rollout-cordon-first",
     "full/kubectl-each",
     "full/kubectl-all",
     "full/evictord+kubectl-each",
@@ -30,6 +39,50 @@ pub enum Drainer {
     KubectlEach,
     KubectlAll,
     NodeMaintenance,
+    /// The script users write today (issue 41): node after node, `kubectl drain`, the per-node
+    /// step, `kubectl uncordon`.
+    ScriptEach,
+    /// `kubectl evictord rollout --max-unavailable N --exec STEP` (issue 41).
+    Rollout,
+    /// The same with `--cordon-first`.
+    RolloutCordonFirst,
+}
+
+impl Drainer {
+    const IDS: [(Drainer, &'static str); 6] = [
+        (Drainer::KubectlEach, "kubectl-each"),
+        (Drainer::KubectlAll, "kubectl-all"),
+        (Drainer::NodeMaintenance, "nodemaintenance"),
+        (Drainer::ScriptEach, "script-each"),
+        (Drainer::Rollout, "rollout"),
+        (Drainer::RolloutCordonFirst, "rollout-cordon-first"),
+    ];
+
+    /// As written in a mode's id.
+    pub fn id(self) -> &'static str {
+        Self::IDS
+            .iter()
+            .find(|(d, _)| *d == self)
+            .map_or("", |(_, id)| id)
+    }
+
+    /// The drainers that run the per-node step and give each node back (issue 41).
+    pub fn rolls(self) -> bool {
+        matches!(
+            self,
+            Drainer::ScriptEach | Drainer::Rollout | Drainer::RolloutCordonFirst
+        )
+    }
+
+    /// `kubectl evictord rollout`, with or without `--cordon-first`.
+    pub fn is_rollout(self) -> bool {
+        matches!(self, Drainer::Rollout | Drainer::RolloutCordonFirst)
+    }
+
+    /// Runs through evictord's NodeMaintenances (only with `evictord+`).
+    pub fn needs_evictord(self) -> bool {
+        matches!(self, Drainer::NodeMaintenance) || self.is_rollout()
+    }
 }
 
 /// One mode of the part.
@@ -56,13 +109,12 @@ impl FromStr for Mode {
             Some(d) => (true, d),
             None => (false, drainer),
         };
-        let drainer = match drainer {
-            "kubectl-each" => Drainer::KubectlEach,
-            "kubectl-all" => Drainer::KubectlAll,
-            "nodemaintenance" if evictord => Drainer::NodeMaintenance,
-            other => {
+        let drainer = match Drainer::IDS.iter().find(|(_, id)| *id == drainer) {
+            Some((d, _)) if evictord || !d.needs_evictord() => *d,
+            _ => {
                 return Err(format!(
-                    "{other:?}: not a drainer (a NodeMaintenance needs evictord+)"
+                    "{drainer:?}: not a drainer ({}; nodemaintenance and the rollouts need evictord+)",
+                    Drainer::IDS.map(|(_, id)| id).join(", ")
                 ));
             }
         };
@@ -77,15 +129,11 @@ impl FromStr for Mode {
 impl Mode {
     /// As written in `EVICTORD_BENCH_POOL_MODES`.
     pub fn id(&self) -> String {
-        let drainer = match self.drainer {
-            Drainer::KubectlEach => "kubectl-each",
-            Drainer::KubectlAll => "kubectl-all",
-            Drainer::NodeMaintenance => "nodemaintenance",
-        };
         format!(
-            "{}/{}{drainer}",
+            "{}/{}{}",
             self.variant.label(),
-            if self.evictord { "evictord+" } else { "" }
+            if self.evictord { "evictord+" } else { "" },
+            self.drainer.id()
         )
     }
 

@@ -1,35 +1,18 @@
-//! The pool part in `REPORT.md` (a table per mode, where the time and the availability went)
-//! and its rows of the goals table (issue 35).
+//! The pool part in `REPORT.md` (a table per mode, where the time and the availability went;
+//! issues 35 and 41). Its rows of the goals table are [`crate::pool_goals`]'s.
 
-use crate::goal_row::{Goal, Verdict};
-use crate::pool_mode::Drainer;
-use crate::pool_results::{ModeResult, PoolResults};
-use crate::results::Report;
+use crate::pool_results::{Call, ModeResult, PoolResults};
+use crate::support::pool::nodes::Peak;
 use crate::support::pool::workloads::{self, Kind, Variant};
 
-/// The time goal: evictord's drain at most this many times kubectl drain's alone.
-pub const TIME_RATIO: f64 = 1.5;
-
-fn ok_modes(p: &PoolResults) -> Vec<&ModeResult> {
+pub fn ok_modes(p: &PoolResults) -> Vec<&ModeResult> {
     p.modes
         .iter()
         .filter_map(|m| m.result.as_ref().ok())
         .collect()
 }
 
-/// The kubectl-alone mode an evictord mode is compared with: the same pool, the same kubectl
-/// form; a NodeMaintenance (every node at once) against the one-call form.
-fn counterpart<'a>(p: &'a PoolResults, m: &ModeResult) -> Option<&'a ModeResult> {
-    let drainer = match m.mode.drainer {
-        Drainer::NodeMaintenance => Drainer::KubectlAll,
-        d => d,
-    };
-    ok_modes(p)
-        .into_iter()
-        .find(|o| !o.mode.evictord && o.mode.variant == m.mode.variant && o.mode.drainer == drainer)
-}
-
-fn by_row(m: &ModeResult, kind: Kind) -> String {
+pub fn by_row(m: &ModeResult, kind: Kind) -> String {
     m.rows
         .iter()
         .filter(|r| r.kind == kind)
@@ -38,7 +21,7 @@ fn by_row(m: &ModeResult, kind: Kind) -> String {
         .join(", ")
 }
 
-fn drain_time(m: &ModeResult) -> String {
+pub fn drain_time(m: &ModeResult) -> String {
     if m.completed {
         format!("{:.0} s", m.completion_seconds)
     } else if m.stopped_at_timeout {
@@ -48,170 +31,46 @@ fn drain_time(m: &ModeResult) -> String {
     }
 }
 
-/// The goals table's rows for the pool part.
-pub fn goals(r: &Report, out: &mut Vec<Goal>) {
-    let p = match &r.pool {
-        None => return,
-        Some(Err(e)) => {
-            out.push(Goal {
-                goal: "35".into(),
-                what: "pool: zero downtime, PDB floors, nodes emptied, time".into(),
-                measured: format!("part failed: {}", e.lines().next().unwrap_or_default()),
-                target: "".into(),
-                verdict: Verdict::NotMeasured,
-            });
-            return;
-        }
-        Some(Ok(p)) => p,
-    };
-    for o in &p.modes {
-        let m = match &o.result {
-            Ok(m) => m,
-            Err(e) => {
-                out.push(Goal {
-                    goal: "35".into(),
-                    what: format!("pool `{}`", o.id),
-                    measured: format!("mode failed: {}", e.lines().next().unwrap_or_default()),
-                    target: "".into(),
-                    verdict: Verdict::NotMeasured,
-                });
-                continue;
-            }
-        };
-        if !m.mode.evictord {
-            out.push(Goal {
-                goal: "35".into(),
-                what: format!("pool `{}`: kubectl drain alone", m.id),
-                measured: format!(
-                    "{}; Deployments {:.1} replica-s below desired ({}), min {:.2} of desired; StatefulSets {:.1}; {} PDB floors broken; {} pods left on the drained nodes",
-                    drain_time(m),
-                    m.deployment_replica_seconds,
-                    by_row(m, Kind::Deployment),
-                    m.deployment_min_ratio,
-                    m.statefulset_replica_seconds,
-                    m.floors_broken.len(),
-                    m.pods_left_on_drained.len()
-                ),
-                target: "reported".into(),
-                verdict: Verdict::Reported,
-            });
-            continue;
-        }
-        let unserved: Vec<String> = m
-            .rows
-            .iter()
-            .filter(|r| r.kind == Kind::Deployment && !r.goal)
-            .map(|r| {
-                let missing: Vec<&String> = r
-                    .declared
-                    .iter()
-                    .filter(|d| !r.carried.contains(d))
-                    .collect();
-                format!(
-                    "{}'s pods carry {} only: {} not served by this build",
-                    r.row,
-                    r.carried.join(","),
-                    missing
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
-            .collect();
-        out.push(Goal {
-            goal: "35".into(),
-            what: format!(
-                "pool `{}`: every Deployment (1-replica, 3-replica, HPA-scaled) below desired",
-                m.id
-            ),
-            measured: format!(
-                "{:.1} replica-s ({}){}",
-                m.deployment_replica_seconds,
-                by_row(m, Kind::Deployment),
-                if unserved.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {}", unserved.join("; "))
-                }
-            ),
-            target: "0 replica-s".into(),
-            verdict: Verdict::of(m.deployment_replica_seconds == 0.0),
-        });
-        out.push(Goal {
-            goal: "35".into(),
-            what: format!("pool `{}`: PodDisruptionBudget floors broken", m.id),
-            measured: if m.floors_broken.is_empty() {
-                "none".into()
-            } else {
-                format!("{}: {}", m.floors_broken.len(), m.floors_broken.join(", "))
-            },
-            target: "none".into(),
-            verdict: Verdict::of(m.floors_broken.is_empty()),
-        });
-        out.push(Goal {
-            goal: "35".into(),
-            what: format!(
-                "pool `{}`: pods left on the drained nodes (DaemonSet pods apart)",
-                m.id
-            ),
-            measured: format!(
-                "{} ({}; DaemonSet pods left: {})",
-                m.pods_left_on_drained.len(),
-                drain_time(m),
-                m.daemonset_pods_left_on_drained
-            ),
-            target: "0, drain done".into(),
-            verdict: Verdict::of(m.completed && m.pods_left_on_drained.is_empty()),
-        });
-        match counterpart(p, m) {
-            Some(k) if k.completed => {
-                let ratio = m.completion_seconds / k.completion_seconds.max(1e-9);
-                out.push(Goal {
-                    goal: "35".into(),
-                    what: format!("pool `{}`: drain time ÷ `{}`", m.id, k.id),
-                    measured: format!(
-                        "{:.0} s ÷ {:.0} s = **{ratio:.2}**{}",
-                        m.completion_seconds,
-                        k.completion_seconds,
-                        if m.completed {
-                            ""
-                        } else {
-                            " (evictord's drain not done)"
-                        }
-                    ),
-                    target: format!("≤ {TIME_RATIO}"),
-                    verdict: Verdict::of(m.completed && ratio <= TIME_RATIO),
-                });
-            }
-            Some(k) if m.mode.variant == Variant::Full => out.push(Goal {
-                goal: "35".into(),
-                what: format!("pool `{}`: drain time", m.id),
-                measured: format!(
-                    "{}; `{}` {}: no time to compare",
-                    drain_time(m),
-                    k.id,
-                    drain_time(k)
-                ),
-                target: "reported".into(),
-                verdict: Verdict::Reported,
-            }),
-            _ => {}
-        }
+/// Pods moved off the drained nodes ÷ the pods there at the start.
+pub fn moves(m: &ModeResult) -> String {
+    match m.moves_per_pod {
+        Some(r) => format!("{} ÷ {} = **{r:.2}**", m.pods_evicted, m.pods_at_start),
+        None => format!("{} (no pod there at the start)", m.pods_evicted),
     }
+}
+
+/// The most nodes at once, when and which.
+pub fn unavailable(p: &Peak) -> String {
+    if p.count == 0 {
+        return "0".into();
+    }
+    format!(
+        "{} at {:.1} s ({}{})",
+        p.count,
+        p.at,
+        p.nodes
+            .iter()
+            .take(4)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", "),
+        if p.nodes.len() > 4 { ", …" } else { "" }
+    )
 }
 
 /// The pool section of `REPORT.md`.
 pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
-    let mut o =
-        String::from("## 5. A node pool drained side by side with `kubectl drain` (issue 35)\n\n");
+    let mut o = String::from(
+        "## 5. A node pool drained and rolled side by side with `kubectl drain` (issues 35 and 41)\n\n",
+    );
     let p = match part {
         None => return o + "Not run.\n\n",
         Some(Err(e)) => return o + &format!("**Failed**: {e}\n\n"),
         Some(Ok(p)) => p,
     };
+    let step = format!("sleep {}", p.step_seconds);
     o += &format!(
-        "kube-apiserver v1.20 + etcd + kube-controller-manager (deployment, replicaset, statefulset, daemonset, disruption, horizontal-pod-autoscaler controllers; its default client rate of 20 requests/s) on this machine; a played scheduler and kubelet (`tests/support/pool/`: watch-driven; least-loaded node honouring `spec.unschedulable`, taints, tolerations and node affinity; a pod Running and Ready {:.0} s after binding; a deleted pod gone {:.0} s later, or its own shorter grace period). **{} nodes, {} drained**, each mode on a fresh pool of about {} pods (*full*), or the same without the 1-replica Deployments behind `minAvailable: 1` (*finishable*: `kubectl drain` alone waits forever on those). `kubectl drain` (v1.35, the real binary) with `{}` (DaemonSet pods stay; bare pods need `--force`) and `--timeout={:.0}s` per call: *each* = one call per node, the loop going on when a call fails; *all* = one call for every drained node. `evictord+`: `evictord serve` (release) started on the settled pool with {}, webhooks registered (the Eviction API bridge among them); without it, none. A mode is stopped after {:.0} s.\n\n",
+        "kube-apiserver v1.20 + etcd + kube-controller-manager (deployment, replicaset, statefulset, daemonset, disruption, horizontal-pod-autoscaler controllers; its default client rate of 20 requests/s) on this machine; a played scheduler and kubelet (`tests/support/pool/`: watch-driven; least-loaded node honouring `spec.unschedulable`, taints, tolerations and node affinity; a pod Running and Ready {:.0} s after binding; a deleted pod gone {:.0} s later, or its own shorter grace period). **{} nodes, {} drained**, each mode on a fresh pool of about {} pods (*full*), or the same without the 1-replica Deployments behind `minAvailable: 1` (*finishable*: `kubectl drain` alone waits forever on those). `kubectl drain` (v1.35, the real binary) with `{}` (DaemonSet pods stay; bare pods need `--force`) and `--timeout={:.0}s` per call: *each* = one call per node, the loop going on when a call fails; *all* = one call for every drained node. `evictord+`: `evictord serve` (release) started on the settled pool with {}, webhooks registered (the Eviction API bridge among them); without it, none. *script-each*: the script users write to roll a pool, node after node `kubectl drain NODE` (same flags), the per-node step `sh -c '{}'` (standing in for a reboot), `kubectl uncordon NODE`. *rollout*: `kubectl evictord rollout` (this build's plugin, through the real kubectl) of the drained nodes with `--max-unavailable {}` (**{}** of them at once) and `--exec '{}'`; *rollout-cordon-first*: the same with `--cordon-first`. A mode is stopped after {:.0} s ({:.0} s with a per-node step: the steps' time on top).\n\n",
         p.start_delay_seconds,
         p.grace_seconds,
         p.nodes,
@@ -224,9 +83,17 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
         } else {
             format!("`{}`", p.evictord_flags.join(" "))
         },
-        p.timeout_seconds
+        step,
+        p.max_unavailable,
+        ok_modes(p)
+            .iter()
+            .find_map(|m| m.allowed_unavailable)
+            .map_or("?".into(), |a| a.to_string()),
+        step,
+        p.timeout_seconds,
+        p.timeout_seconds + p.step_seconds * p.drained as f64
     );
-    o += "Sampled every 100 ms from the played kubelet's watch cache, from the drain's start until every Deployment and StatefulSet is back (at most 120 s after the drain): a pod is *available* when Running, Ready and not terminating; *desired* is the workload's replica count before the drain; *unavailability* is Σ max(0, desired − available) × time, in replica-seconds; a PDB *floor is broken* when available < `minAvailable` or desired − available > `maxUnavailable`. kube-apiserver's requests are its own counters over the same window (every client: the controllers, the played kubelet, kubectl, evictord), per pod that left a drained node.\n\n";
+    o += "Sampled every 100 ms from the played kubelet's watch cache, from the drain's start until every Deployment and StatefulSet is back (at most 120 s after the drain): a pod is *available* when Running, Ready and not terminating; *desired* is the workload's replica count before the drain; *unavailability* is Σ max(0, desired − available) × time, in replica-seconds; a PDB *floor is broken* when available < `minAvailable` or desired − available > `maxUnavailable`. kube-apiserver's requests are its own counters over the same window (every client: the controllers, the played kubelet, kubectl, evictord), per pod that left a drained node. *Pods moved*: the pods that left a drained node (a pod moved from one drained node to another not drained yet and on again counts twice; DaemonSet pods apart; pods that land on a node once it was given back — uncordoned after its cordon — are not counted) ÷ the pods on the drained nodes at the start: 1.00 when every pod moved once. *Nodes unavailable*: the most of the pool's nodes at once cordoned or not Ready and, where NodeMaintenances ran, held by an admitted one (not given back yet) or not Ready, as a MaintenanceBudget counts (a node cordoned by hand, as `--cordon-first` does, is not counted there).\n\n";
     o += "| row | workloads | declared interceptors | carried (served by this build) |\n|---|---|---|---|\n";
     let first = ok_modes(p)
         .into_iter()
@@ -252,13 +119,13 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
             },
         );
     }
-    o += "\n| mode | drain | Deployments below desired, replica-s (by row) | Deployments' min available ÷ desired | StatefulSets, replica-s | PDB floors broken | pods left on drained nodes (+ DaemonSet) | pods evicted | kube-apiserver requests per evicted pod | evictord CPU, peak RSS | plot |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    o += "\n| mode | drain (rollout) time | Deployments below desired, replica-s (by row) | Deployments' min available ÷ desired | StatefulSets, replica-s | PDB floors broken | pods left on drained nodes (+ DaemonSet) | pods moved ÷ pods there at the start | most nodes unavailable at once: cordoned or NotReady (held) | kube-apiserver requests per evicted pod | evictord CPU, peak RSS | plot |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for outcome in &p.modes {
         let m = match &outcome.result {
             Ok(m) => m,
             Err(e) => {
                 o += &format!(
-                    "| `{}` | **failed**: {} |||||||||\n",
+                    "| `{}` | **failed**: {} ||||||||||\n",
                     outcome.id,
                     e.lines().next().unwrap_or_default()
                 );
@@ -266,7 +133,7 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
             }
         };
         o += &format!(
-            "| `{}` | {} | **{:.1}** ({}) | {:.2} | {:.1} | {} | {} (+{}) | {} | {:.1} | {} | {} |\n",
+            "| `{}` | {} | **{:.1}** ({}) | {:.2} | {:.1} | {} | {} (+{}) | {} | {}{} | {:.1} | {} | {} |\n",
             m.id,
             drain_time(m),
             m.deployment_replica_seconds,
@@ -276,7 +143,12 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
             m.floors_broken.len(),
             m.pods_left_on_drained.len(),
             m.daemonset_pods_left_on_drained,
-            m.pods_evicted,
+            moves(m),
+            m.most_unavailable.count,
+            m.most_held
+                .as_ref()
+                .filter(|_| m.mode.drainer.needs_evictord())
+                .map_or(String::new(), |h| format!(" ({})", h.count)),
             m.api_requests_per_evicted_pod,
             match (m.evictord_cpu_seconds, m.evictord_peak_rss_bytes) {
                 (Some(c), Some(r)) => format!(
@@ -321,29 +193,8 @@ fn details(m: &ModeResult) -> String {
         m.sampled_seconds,
         m.played
     );
-    if !m.calls.is_empty() {
-        let failed: Vec<_> = m.calls.iter().filter(|c| c.exit_code != Some(0)).collect();
-        let secs: Vec<String> = m
-            .calls
-            .iter()
-            .map(|c| format!("{:.0}", c.seconds))
-            .collect();
-        o += &format!(
-            "- kubectl drain: {} calls ({} s each){}.\n",
-            m.calls.len(),
-            secs.join(", "),
-            failed.first().map_or(String::new(), |c| format!(
-                "; {} failed or were stopped, the first on {}: `{}`",
-                failed.len(),
-                c.nodes.first().map(String::as_str).unwrap_or_default(),
-                c.last_line
-                    .replace('|', "\\|")
-                    .chars()
-                    .take(300)
-                    .collect::<String>()
-            ))
-        );
-    }
+    o += &calls(&m.calls);
+    o += &rolls(m);
     for r in m
         .rows
         .iter()
@@ -495,4 +346,80 @@ fn details(m: &ModeResult) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+/// The processes a mode ran, by kind: how many, how long each, the first that failed.
+fn calls(calls: &[Call]) -> String {
+    let mut kinds: Vec<&str> = calls.iter().map(|c| c.what.as_str()).collect();
+    kinds.dedup();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let mut o = String::new();
+    for what in kinds {
+        let of: Vec<&Call> = calls.iter().filter(|c| c.what == what).collect();
+        let failed: Vec<&&Call> = of.iter().filter(|c| c.exit_code != Some(0)).collect();
+        let secs: Vec<String> = of.iter().map(|c| format!("{:.0}", c.seconds)).collect();
+        o += &format!(
+            "- {}: {} {} ({} s each){}.\n",
+            match what {
+                "drain" | "uncordon" => format!("kubectl {what}"),
+                "step" => "the per-node step".into(),
+                other => format!("kubectl {other}"),
+            },
+            of.len(),
+            if of.len() == 1 { "call" } else { "calls" },
+            secs.join(", "),
+            failed.first().map_or(String::new(), |c| format!(
+                "; {} failed or were stopped, the first on {}: `{}`",
+                failed.len(),
+                c.nodes.first().map(String::as_str).unwrap_or_default(),
+                c.last_line
+                    .replace('|', "\\|")
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            ))
+        );
+    }
+    o
+}
+
+/// The drained nodes: the most unavailable at once, and where a roll's time went node by node.
+fn rolls(m: &ModeResult) -> String {
+    let s = &m.roll_summary;
+    let mut o = format!(
+        "- Nodes: at most {} cordoned or NotReady at once{}",
+        unavailable(&m.most_unavailable),
+        m.most_held
+            .as_ref()
+            .filter(|_| m.mode.drainer.needs_evictord())
+            .map_or(String::new(), |h| format!(
+                ", at most {} held by an admitted NodeMaintenance or NotReady",
+                unavailable(h)
+            ))
+    );
+    if s.nodes > 0 {
+        o += &format!(
+            "; {} drained nodes taken (the first at {:.1} s), {} given back (the last at {:.1} s); per node, taken → its last pod gone median {:.1} s (max {:.1} s){}; {:.2} nodes out at once on average",
+            s.nodes,
+            s.first_taken,
+            s.back,
+            s.last_back,
+            s.drain_median,
+            s.drain_max,
+            if s.back > 0 {
+                format!(
+                    ", last pod gone → given back median {:.1} s (max {:.1} s){}",
+                    s.after_median,
+                    s.after_max,
+                    m.step_seconds
+                        .map_or(String::new(), |st| format!(", the step being {st:.0} s"))
+                )
+            } else {
+                String::new()
+            },
+            s.mean_out
+        );
+    }
+    o + ".\n"
 }

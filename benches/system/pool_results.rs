@@ -1,18 +1,26 @@
-//! Part 5's results (issue 35), what `report.json` holds under `pool`: per mode, the drain's
-//! times and `kubectl drain` calls, each row of the workload mix's availability, the workloads
-//! that lost the most, what the drain cost kube-apiserver, etcd and evictord, and what its
-//! EvictionRequests said.
+//! Part 5's results (issues 35 and 41), what `report.json` holds under `pool`: per mode, the
+//! drain's times and the processes it ran (`kubectl drain`, the script's steps and uncordons,
+//! `kubectl evictord rollout`), each row of the workload mix's availability, the pool's nodes
+//! (the most unavailable at once, each drained node's roll), how many times the pods moved, the
+//! workloads that lost the most, what the drain cost kube-apiserver, etcd and evictord, and what
+//! its EvictionRequests said.
 
 use serde::Serialize;
 
 use crate::pool_mode::Mode;
+use crate::pool_nodes::{NodeRoll, RollSummary};
 use crate::support::pool::measure::Departure;
+use crate::support::pool::nodes::Peak;
 use crate::support::pool::workloads::{Kind, Row};
 
-/// One `kubectl drain` call.
+/// One process a drain ran: `drain`, `uncordon` (kubectl), `step` (the script's per-node
+/// step), `evictord rollout`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Call {
+    pub what: String,
     pub nodes: Vec<String>,
+    /// Seconds since the drain started.
+    pub started_at: f64,
     pub seconds: f64,
     /// `None`: killed at the mode's timeout.
     pub exit_code: Option<i32>,
@@ -101,7 +109,24 @@ pub struct ModeResult {
     pub floors_broken: Vec<String>,
     pub pods_left_on_drained: Vec<String>,
     pub daemonset_pods_left_on_drained: usize,
+    /// Pods that left a drained node (a pod moved twice counts twice; DaemonSet pods apart).
     pub pods_evicted: usize,
+    /// Pods (DaemonSet pods apart) on the drained nodes when the drain started.
+    pub pods_at_start: usize,
+    /// `pods_evicted ÷ pods_at_start`: 1.0 when every pod moved once.
+    pub moves_per_pod: Option<f64>,
+    /// The most of the pool's nodes cordoned or not Ready at once.
+    pub most_unavailable: Peak,
+    /// The most held by an admitted NodeMaintenance or not Ready at once (a
+    /// MaintenanceBudget's count).
+    pub most_held: Option<Peak>,
+    /// What `--max-unavailable` allows of the drained nodes (the rollouts).
+    pub allowed_unavailable: Option<usize>,
+    /// The per-node step's seconds (the drainers that run one).
+    pub step_seconds: Option<f64>,
+    /// Each drained node: taken, emptied, given back.
+    pub node_rolls: Vec<NodeRoll>,
+    pub roll_summary: RollSummary,
     pub last_departures: Vec<Departure>,
     pub api_requests_per_evicted_pod: f64,
     pub api_writes_per_evicted_pod: f64,
@@ -138,6 +163,8 @@ pub struct PoolResults {
     pub pods: usize,
     pub timeout_seconds: f64,
     pub node_timeout_seconds: f64,
+    pub step_seconds: f64,
+    pub max_unavailable: String,
     pub start_delay_seconds: f64,
     pub grace_seconds: f64,
     pub kubectl_flags: Vec<String>,

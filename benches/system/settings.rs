@@ -31,8 +31,10 @@
 //! | `EVICTORD_BENCH_POOL_NODES` | `40` | nodes of the pool part |
 //! | `EVICTORD_BENCH_POOL_DRAINED` | half the nodes | nodes drained in each mode of the pool part |
 //! | `EVICTORD_BENCH_POOL_PODS` | `1000` | pods of the full pool (workload mix: `tests/support/pool/workloads.rs`) |
-//! | `EVICTORD_BENCH_POOL_MODES` | all ten | the pool part's modes, `POOL/DRAINER` with POOL `full` or `finishable` (without the 1-replica PDB workloads) and DRAINER `kubectl-each`, `kubectl-all`, `evictord+kubectl-each`, `evictord+kubectl-all`, `evictord+nodemaintenance` |
-//! | `EVICTORD_BENCH_POOL_TIMEOUT` | `600` | seconds a mode's drain may take before it is stopped |
+//! | `EVICTORD_BENCH_POOL_MODES` | [`DEFAULT_MODES`](crate::pool_mode::DEFAULT_MODES) | the pool part's modes, `POOL/DRAINER` with POOL `full` or `finishable` (without the 1-replica PDB workloads) and DRAINER `kubectl-each`, `kubectl-all`, `script-each` (node after node: `kubectl drain`, the step, `kubectl uncordon`), each also as `evictord+...`, and `evictord+nodemaintenance`, `evictord+rollout`, `evictord+rollout-cordon-first` (`kubectl evictord rollout`) |
+//! | `EVICTORD_BENCH_POOL_TIMEOUT` | `600` | seconds a mode's drain may take before it is stopped (the modes with a per-node step get the steps' time on top: drained nodes × `EVICTORD_BENCH_POOL_STEP`) |
+//! | `EVICTORD_BENCH_POOL_STEP` | `10` | seconds of the per-node step of `script-each` and the rollouts (`sleep N`, standing in for a reboot) |
+//! | `EVICTORD_BENCH_POOL_MAX_UNAVAILABLE` | `2` | `--max-unavailable` of the rollouts (N or P%) |
 //! | `EVICTORD_BENCH_POOL_NODE_TIMEOUT` | `120` | `kubectl drain --timeout` of each call, seconds |
 //! | `EVICTORD_BENCH_POOL_START_DELAY` | `2` | seconds from binding to Running and Ready (played kubelet) |
 //! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
@@ -42,6 +44,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use evictord::drain::admission::MaxUnavailable;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::loadgen::Protocol;
 
@@ -159,6 +164,8 @@ impl Settings {
                 var("EVICTORD_BENCH_POOL_START_DELAY", "2").parse()?,
             ),
             grace: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_GRACE", "2").parse()?),
+            step: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_STEP", "10").parse()?),
+            max_unavailable: var("EVICTORD_BENCH_POOL_MAX_UNAVAILABLE", "2"),
             served: list(&var(
                 "EVICTORD_BENCH_POOL_SERVED",
                 &crate::support::pool::workloads::SERVED.join(","),
@@ -199,6 +206,12 @@ impl Settings {
         anyhow::ensure!(
             drain_nodes >= 1,
             "EVICTORD_BENCH_DRAIN_NODES must be at least 1"
+        );
+        anyhow::ensure!(
+            pool.allowed_unavailable().is_ok(),
+            "EVICTORD_BENCH_POOL_MAX_UNAVAILABLE={}: want N or P% ({})",
+            pool.max_unavailable,
+            pool.allowed_unavailable().err().unwrap_or_default()
         );
         anyhow::ensure!(
             pool.drained >= 1 && pool.drained < pool.nodes,
@@ -246,6 +259,37 @@ pub struct PoolSettings {
     pub node_timeout: Duration,
     pub start_delay: Duration,
     pub grace: Duration,
+    /// The per-node step's duration (`sleep`).
+    pub step: Duration,
+    /// The rollouts' `--max-unavailable`.
+    pub max_unavailable: String,
     pub served: Vec<String>,
     pub evictord_flags: Vec<String>,
+}
+
+impl PoolSettings {
+    /// The per-node step, as the script and the rollouts run it (`sh -c`).
+    pub fn step_command(&self) -> String {
+        format!("sleep {}", self.step.as_secs_f64())
+    }
+
+    /// How many of the drained nodes `--max-unavailable` allows at once, as evictord resolves
+    /// it (a percentage rounded up, at least 1).
+    pub fn allowed_unavailable(&self) -> Result<usize, String> {
+        let value = match self.max_unavailable.trim().parse::<i32>() {
+            Ok(n) => IntOrString::Int(n),
+            Err(_) => IntOrString::String(self.max_unavailable.trim().to_string()),
+        };
+        MaxUnavailable::parse(Some(&value)).map(|m| m.allowed(self.drained))
+    }
+
+    /// How long a mode may take: the timeout, and the per-node steps on top for the drainers
+    /// that run them.
+    pub fn mode_timeout(&self, drainer: crate::pool_mode::Drainer) -> Duration {
+        if drainer.rolls() {
+            self.timeout + self.step * self.drained as u32
+        } else {
+            self.timeout
+        }
+    }
 }
