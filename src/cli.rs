@@ -193,6 +193,12 @@ pub struct ServeArgs {
     /// with `kubectl drain --ignore-daemonsets`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub daemonset_interceptor: bool,
+    /// While a NodeMaintenance holds a node (Cordon, Drain), label it
+    /// `node.kubernetes.io/exclude-from-external-load-balancers=true` so that the service
+    /// controller takes it out of node-targeted load balancers first; its previous value is
+    /// restored at Complete.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub exclude_from_external_load_balancers: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

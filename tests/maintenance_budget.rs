@@ -2,7 +2,8 @@
 //! MaintenanceBudgets — never more nodes cordoned than a budget allows (sampled every 100 ms),
 //! oldest first, the queue named in the conditions and node statuses, NotReady nodes counted,
 //! nodes cordoned by hand not, TooLarge warned and skipped, windows closed and opening.
-//! Fake Ready nodes without pods, so a maintenance in Drain is Drained as soon as it acts.
+//! Fake Ready nodes without pods, so a maintenance in Drain is Drained as soon as it acts. Also
+//! the nodes a maintenance holds out of external load balancers (SPEC 6.4).
 
 mod support;
 
@@ -353,4 +354,90 @@ async fn a_closed_window_admits_nothing_an_admitted_maintenance_carries_on_and_t
     );
     set_stage(&client, "night-early", Stage::Complete).await;
     set_stage(&client, "night-late", Stage::Complete).await;
+}
+
+/// The exclusion label of a node (SPEC 6.4): `None` when absent.
+async fn exclusion(client: &Client, node: &str) -> Option<String> {
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap();
+    n.metadata
+        .labels
+        .unwrap_or_default()
+        .get(evictord::api::EXCLUDE_FROM_EXTERNAL_LB_LABEL)
+        .cloned()
+}
+
+/// SPEC 6.4: a node an admitted maintenance holds is out of external load balancers; Complete
+/// gives its label back — absent, or the value it had (kubeadm's empty one) — and keeps a value
+/// someone else set meanwhile. A queued maintenance touches nothing.
+#[tokio::test]
+async fn a_held_node_is_out_of_external_load_balancers_until_complete() {
+    let client = setup().await;
+    let nodes = pool(&client, "lb", 3).await;
+    let label = evictord::api::EXCLUDE_FROM_EXTERNAL_LB_LABEL;
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &nodes[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {label: ""}}})),
+        )
+        .await
+        .unwrap();
+    budget(&client, "lb", "lb", json!(2), json!([])).await;
+    for (i, n) in nodes.iter().enumerate() {
+        maintenance(
+            &client,
+            &format!("lb-m{}", i + 1),
+            &[n.as_str()],
+            Stage::Cordon,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    eventually("the two admitted nodes excluded", || async {
+        let a = exclusion(&client, &nodes[0]).await;
+        let b = exclusion(&client, &nodes[1]).await;
+        (a.as_deref() == Some("true") && b.as_deref() == Some("true")).then_some(())
+    })
+    .await;
+    // The queued one touches nothing.
+    assert_eq!(exclusion(&client, &nodes[2]).await, None);
+    set_stage(&client, "lb-m1", Stage::Complete).await;
+    eventually("the first back to no label, the third excluded", || async {
+        let a = exclusion(&client, &nodes[0]).await;
+        let c = exclusion(&client, &nodes[2]).await;
+        (a.is_none() && c.as_deref() == Some("true")).then_some(())
+    })
+    .await;
+    // Someone changes the third node's label during its maintenance: theirs is kept.
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &nodes[2],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {label: "by-hand"}}})),
+        )
+        .await
+        .unwrap();
+    set_stage(&client, "lb-m2", Stage::Complete).await;
+    set_stage(&client, "lb-m3", Stage::Complete).await;
+    eventually(
+        "kubeadm's empty value back, a change by hand kept",
+        || async {
+            let b = exclusion(&client, &nodes[1]).await;
+            let c = exclusion(&client, &nodes[2]).await;
+            let node = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                .get(&nodes[2])
+                .await
+                .ok()?;
+            let recorded = node
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(evictord::api::EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION);
+            (b.as_deref() == Some("") && c.as_deref() == Some("by-hand") && !recorded).then_some(())
+        },
+    )
+    .await;
 }

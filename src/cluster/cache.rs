@@ -28,7 +28,8 @@ use tracing::{debug, warn};
 use super::CachedPod;
 use super::budget::Budgets;
 use crate::api::{
-    EvictionInterceptor, EvictionRequest, MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget,
+    EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION, EvictionInterceptor, EvictionRequest,
+    MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget,
     NODE_AGENT_ANNOTATION, NodeMaintenance, Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
 };
 
@@ -308,6 +309,7 @@ fn trim_node(node: &mut Node) {
             k == UNSCHEDULABLE_BEFORE_ANNOTATION
                 || k == MAINTENANCE_TAINT_BEFORE_ANNOTATION
                 || k == NODE_AGENT_ANNOTATION
+                || k == EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION
         });
     }
     let spec = node.spec.take().unwrap_or_default();

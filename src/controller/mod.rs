@@ -122,6 +122,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
             recorder: Recorder::new(client.clone(), reporter("evictord")),
             daemonset_interceptor: args.daemonset_interceptor,
             interceptor_registration: args.rules.interceptor_registration,
+            exclude_from_load_balancers: args.exclude_from_external_load_balancers,
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

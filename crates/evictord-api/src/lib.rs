@@ -69,6 +69,15 @@ pub const MAINTENANCE_TAINT: &str = "evictord.dev/maintenance";
 /// Node annotation remembering whether the node carried the maintenance taint before a
 /// maintenance placed it (`"true"`: someone else did, and Complete leaves it).
 pub const MAINTENANCE_TAINT_BEFORE_ANNOTATION: &str = "evictord.dev/maintenance-taint-before";
+/// Node label by which the service controller leaves a node out of the external load balancers
+/// that target nodes (SPEC 6.4): a maintenance sets it to `"true"` while it holds the node.
+pub const EXCLUDE_FROM_EXTERNAL_LB_LABEL: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+/// Node annotation remembering the exclusion label from before a maintenance set it (JSON: the
+/// previous value as a string, or `null` when the label was absent), so that Complete restores
+/// it exactly.
+pub const EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION: &str =
+    "evictord.dev/exclude-from-external-load-balancers-before";
 /// Node label marking control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 

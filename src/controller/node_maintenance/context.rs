@@ -24,6 +24,8 @@ pub struct Context {
     pub daemonset_interceptor: bool,
     /// `--interceptor-registration`: node messages name unregistered interceptors unless `off`.
     pub interceptor_registration: crate::api::RegistrationMode,
+    /// `--exclude-from-external-load-balancers` (SPEC 6.4): held nodes carry the exclusion label.
+    pub exclude_from_load_balancers: bool,
 }
 
 /// An event to record on the maintenance once its writes succeeded.

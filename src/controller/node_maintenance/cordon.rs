@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use crate::api::taint::{has_maintenance_taint, maintenance_taint};
 use crate::api::{
-    MAINTENANCE_TAINT, MAINTENANCE_TAINT_BEFORE_ANNOTATION, UNSCHEDULABLE_BEFORE_ANNOTATION,
+    EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION, EXCLUDE_FROM_EXTERNAL_LB_LABEL, MAINTENANCE_TAINT,
+    MAINTENANCE_TAINT_BEFORE_ANNOTATION, UNSCHEDULABLE_BEFORE_ANNOTATION,
 };
 
 /// What happened to the node, worth an event.
@@ -34,6 +35,10 @@ pub enum NodeEvent {
     Retainted,
     /// The maintenance taint was removed.
     Untainted,
+    /// The node is left out of external load balancers (SPEC 6.4).
+    Excluded,
+    /// The node's exclusion label is back to what it was.
+    Included,
 }
 
 impl NodeEvent {
@@ -46,6 +51,8 @@ impl NodeEvent {
             NodeEvent::Tainted => "NodeTainted",
             NodeEvent::Retainted => "NodeRetainted",
             NodeEvent::Untainted => "NodeUntainted",
+            NodeEvent::Excluded => "NodeExcludedFromLoadBalancers",
+            NodeEvent::Included => "NodeIncludedInLoadBalancers",
         }
     }
 
@@ -71,6 +78,12 @@ impl NodeEvent {
             NodeEvent::Untainted => format!(
                 "Taint {MAINTENANCE_TAINT} removed from node {node}: its DaemonSet pods start again"
             ),
+            NodeEvent::Excluded => format!(
+                "Node {node} labelled {EXCLUDE_FROM_EXTERNAL_LB_LABEL}=true: the service controller takes it out of external load balancers during the maintenance"
+            ),
+            NodeEvent::Included => format!(
+                "Node {node}'s {EXCLUDE_FROM_EXTERNAL_LB_LABEL} label is back to its value from before the maintenance"
+            ),
         }
     }
 }
@@ -86,6 +99,12 @@ pub struct NodePatch {
     pub taints: Option<Vec<Taint>>,
     /// New value of the taint annotation (`Some(None)` removes it), if it changes.
     pub taint_before: Option<Option<bool>>,
+    /// New value of the external load balancer exclusion label (`Some(None)` removes it), if it
+    /// changes (SPEC 6.4, [`exclusion`](super::exclusion)).
+    pub exclusion: Option<Option<String>>,
+    /// New value of the annotation remembering the exclusion label's previous value (`Some(None)`
+    /// removes it), if it changes.
+    pub exclusion_before: Option<Option<String>>,
     /// The events to record once the patch is applied.
     pub events: Vec<NodeEvent>,
 }
@@ -119,7 +138,33 @@ impl NodePatch {
             patch["metadata"]["annotations"][MAINTENANCE_TAINT_BEFORE_ANNOTATION] =
                 json!(before.map(|b| b.to_string()));
         }
+        if let Some(value) = &self.exclusion {
+            patch["metadata"]["labels"][EXCLUDE_FROM_EXTERNAL_LB_LABEL] = json!(value);
+        }
+        if let Some(before) = &self.exclusion_before {
+            patch["metadata"]["annotations"][EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION] =
+                json!(before);
+        }
         patch
+    }
+
+    /// This change and `other` in one patch (`other`'s fields win where both set one).
+    pub fn and(self, other: Option<NodePatch>) -> Option<NodePatch> {
+        let Some(o) = other else {
+            return (!self.is_empty()).then_some(self);
+        };
+        let mut events = self.events;
+        events.extend(o.events);
+        let merged = NodePatch {
+            unschedulable: o.unschedulable.or(self.unschedulable),
+            before: o.before.or(self.before),
+            taints: o.taints.or(self.taints),
+            taint_before: o.taint_before.or(self.taint_before),
+            exclusion: o.exclusion.or(self.exclusion),
+            exclusion_before: o.exclusion_before.or(self.exclusion_before),
+            events,
+        };
+        (!merged.is_empty()).then_some(merged)
     }
 }
 
@@ -438,6 +483,7 @@ mod tests {
             taints,
             taint_before: Some(None),
             events,
+            ..NodePatch::default()
         };
         let rows = [
             (

@@ -19,6 +19,7 @@ pub mod admitted;
 pub mod context;
 pub mod cordon;
 pub mod deadlines;
+pub mod exclusion;
 pub mod gather;
 pub mod gauges;
 pub mod nodes;

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use super::context::{Context, Note, keep, publish};
 use super::cordon::{NodePatch, cordon, restore};
+use super::exclusion;
 use super::gather::{holds_nodes, selects};
 use super::writes::{self, Error};
 use crate::api::{NodeMaintenance, PodType};
@@ -38,7 +39,13 @@ pub async fn cordon_nodes(
     let mut first = None;
     for node in nodes.iter().filter(|n| selected.contains(&n.name_any())) {
         let name = node.name_any();
-        if let Some(change) = cordon(node, tainted.contains(name.as_str())) {
+        let change = cordon(node, tainted.contains(name.as_str()));
+        // SPEC 6.4: out of external load balancers while held (the flag can turn it off).
+        let excluded = ctx
+            .exclude_from_load_balancers
+            .then(|| exclusion::exclude(node))
+            .flatten();
+        if let Some(change) = change.unwrap_or_default().and(excluded) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
             if result.is_ok() {
                 publish(ctx, nm, &node_notes(&change, &name)).await;
@@ -61,8 +68,8 @@ fn node_notes(change: &NodePatch, node: &str) -> Vec<Note> {
         .collect()
 }
 
-/// Complete: restores `unschedulable` and the taint on selected nodes no other Cordon/Drain
-/// maintenance holds.
+/// Complete: restores `unschedulable`, the taint and the load balancer exclusion label on selected
+/// nodes no other Cordon/Drain maintenance holds.
 pub async fn restore_nodes(
     ctx: &Context,
     nm: &NodeMaintenance,
@@ -82,7 +89,8 @@ pub async fn restore_nodes(
         let held = others
             .iter()
             .any(|m| selects(m, node) && m.admitted().admits(&name));
-        if let Some(change) = restore(node, held) {
+        let included = (!held).then(|| exclusion::include(node)).flatten();
+        if let Some(change) = restore(node, held).unwrap_or_default().and(included) {
             let result = writes::patch_node(&ctx.client, node, &change).await;
             if result.is_ok() {
                 publish(ctx, nm, &node_notes(&change, &node.name_any())).await;

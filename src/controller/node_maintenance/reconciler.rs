@@ -474,7 +474,9 @@ mod tests {
             crate::controller::node_maintenance::cordon::NodeEvent::Uncordoned,
             crate::controller::node_maintenance::cordon::NodeEvent::Tainted,
             crate::controller::node_maintenance::cordon::NodeEvent::Retainted,
-            crate::controller::node_maintenance::cordon::NodeEvent::Untainted
+            crate::controller::node_maintenance::cordon::NodeEvent::Untainted,
+            crate::controller::node_maintenance::cordon::NodeEvent::Excluded,
+            crate::controller::node_maintenance::cordon::NodeEvent::Included
         )]
         e: crate::controller::node_maintenance::cordon::NodeEvent,
     ) {
