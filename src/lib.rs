@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod disruption;
 pub mod drain;
 pub mod interceptor;
 pub mod metrics;
