@@ -29,25 +29,13 @@ async fn setup(prefix: &str) -> (Client, String) {
     (c.client().await, c.namespace(prefix).await)
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let logs = support::evictord::shared(&[]).await.logs();
-            panic!(
-                "timed out waiting for {what}\n--- evictord log (tail) ---\n{}",
-                support::control_plane::tail(&logs, 60)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let evictord = support::evictord::shared(&[]).await;
+    support::wait::until_logged(TIMEOUT, what, || evictord.logs(), f).await
 }
 
 /// A maintenance of `nodes` in Drain with these extra spec fields.

@@ -26,27 +26,13 @@ async fn setup() -> Client {
     c.client().await
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let logs = support::evictord::shared(support::evictord::FAST)
-                .await
-                .logs();
-            panic!(
-                "timed out waiting for {what}\n--- evictord log (tail) ---\n{}",
-                support::control_plane::tail(&logs, 80)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let evictord = support::evictord::shared(support::evictord::FAST).await;
+    support::wait::until_logged(TIMEOUT, what, || evictord.logs(), f).await
 }
 
 /// The names of the maintenances admitted now (Admitted=True).

@@ -53,27 +53,13 @@ where
 }
 
 /// [`eventually`] with another timeout.
-async fn eventually_within<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+async fn eventually_within<T, F, Fut>(timeout: Duration, what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let logs = support::evictord::shared(support::evictord::FAST)
-                .await
-                .logs();
-            panic!(
-                "timed out waiting for {what}\n--- evictord log (tail) ---\n{}",
-                support::control_plane::tail(&logs, 60)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let evictord = support::evictord::shared(support::evictord::FAST).await;
+    support::wait::until_logged(timeout, what, || evictord.logs(), f).await
 }
 
 /// `n` interceptors nobody serves: with `--interceptor-deadline=6s` (FAST) a request for such a
