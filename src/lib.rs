@@ -18,6 +18,7 @@ pub mod recorder;
 pub mod reference;
 pub mod selector;
 pub mod serve;
+pub mod serving;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook_server;

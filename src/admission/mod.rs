@@ -21,6 +21,7 @@ pub mod offline;
 pub mod partial;
 pub mod pod;
 pub mod pod_eviction;
+pub mod pod_serving;
 pub mod registration;
 pub mod verdict;
 pub mod webhooks;

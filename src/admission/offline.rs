@@ -1,6 +1,7 @@
 //! `evictord review`: one AdmissionReview reviewed offline by the same webhooks the server
 //! runs, against a cluster view built from a file of objects (or an unknown cluster). For a
-//! NodeMaintenance CREATE it does what kube-apiserver does: mutate, apply the patch, validate.
+//! NodeMaintenance or Pod CREATE it does what kube-apiserver does: mutate, apply the patch,
+//! validate.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
@@ -14,8 +15,8 @@ use super::http::{
 use super::pod_eviction::review_pod_eviction as review_pod_eviction_call;
 use super::pod_eviction::shell::{eviction_call, respond as pod_eviction_response};
 use super::webhooks::{
-    MUTATE_NODE_MAINTENANCES, VALIDATE_EVICTION_INTERCEPTORS, VALIDATE_EVICTION_REQUESTS,
-    VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
+    MUTATE_NODE_MAINTENANCES, MUTATE_PODS, VALIDATE_EVICTION_INTERCEPTORS,
+    VALIDATE_EVICTION_REQUESTS, VALIDATE_NODE_MAINTENANCES, VALIDATE_PODS,
 };
 use super::{Settings, Verdict, node_maintenance};
 use crate::api::{EvictionInterceptor, EvictionRequest, NodeMaintenance};
@@ -170,7 +171,7 @@ pub fn review(
     match resource.as_str() {
         "pods" if sub_resource == "eviction" => review_pod_eviction(value, &view, now, settings),
         "evictionrequests" => run(&VALIDATE_EVICTION_REQUESTS, value, &view, now, settings),
-        "pods" => run(&VALIDATE_PODS, value, &view, now, settings),
+        "pods" => review_pod(value, &view, now, settings),
         "nodemaintenances" => review_node_maintenance(value, &view, now, settings),
         "evictioninterceptors" => run(&VALIDATE_EVICTION_INTERCEPTORS, value, &view, now, settings),
         other => Err(Error::Unsupported(format!(
@@ -199,6 +200,37 @@ fn review_pod_eviction(
     };
     let decision = review_pod_eviction_call(&call, &pod, &request, settings);
     Ok(pod_eviction_response(&req, decision).into())
+}
+
+/// A Pod: on CREATE the mutation (rules P9, P10) and then the validation, one response carrying
+/// the patch and the warnings of both (the gate the mutation adds is nothing the validation
+/// reads); otherwise the validation alone.
+fn review_pod(
+    value: serde_json::Value,
+    view: &StaticView,
+    now: Timestamp,
+    settings: &Settings,
+) -> Result<ResponseReview, Error> {
+    // An object the mutation cannot read is left to the validation's answer.
+    let mutation = match decode::<super::pod_serving::GatedPod>(value.clone()) {
+        Ok(Decoded::Request(req)) if req.operation == Operation::Create => {
+            (MUTATE_PODS.review)(&review_request(&req, now), view, settings)
+        }
+        _ => Verdict::allow(),
+    };
+    let req = match decode::<super::partial::AdmittedPod>(value)? {
+        Decoded::Request(r) => *r,
+        Decoded::Denied(response) => return Ok(*response),
+    };
+    let validation = (VALIDATE_PODS.review)(&review_request(&req, now), view, settings);
+    let mut warnings = mutation.warnings;
+    warnings.extend(validation.warnings);
+    let verdict = Verdict {
+        denied: validation.denied,
+        warnings,
+        patch: mutation.patch,
+    };
+    Ok(respond(&req, verdict).into())
 }
 
 /// Mutating review, patch applied, then validating review — one response carrying the patch,

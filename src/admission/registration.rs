@@ -22,6 +22,8 @@ pub const PATH_MUTATE_NODE_MAINTENANCES: &str = "/mutate/nodemaintenances";
 pub const PATH_VALIDATE_EVICTION_INTERCEPTORS: &str = "/validate/evictioninterceptors";
 /// Path of the MaintenanceBudget validating webhook.
 pub const PATH_VALIDATE_MAINTENANCE_BUDGETS: &str = "/validate/maintenancebudgets";
+/// Path of the Pod mutating webhook (the `evictord.dev/serving` readiness gate, rule P9).
+pub const PATH_MUTATE_PODS: &str = "/mutate/pods";
 /// Path of the Pod validating webhook.
 pub const PATH_VALIDATE_PODS: &str = "/validate/pods";
 /// Path of the Eviction API bridge (`pods/eviction` CREATE).
@@ -36,6 +38,18 @@ pub fn pod_match_condition() -> String {
     format!(
         "(has(object.metadata.annotations) && '{a}' in object.metadata.annotations) || \
          (request.operation == 'UPDATE' && has(oldObject.metadata.annotations) && '{a}' in oldObject.metadata.annotations)"
+    )
+}
+
+/// The CEL expression that sends the pod mutating webhook only the pods whose interceptor
+/// annotation mentions `endpoints.evictord.dev` (Kubernetes ≥ 1.28; the server checks the list
+/// exactly).
+pub fn serving_match_condition() -> String {
+    let a = INTERCEPTORS_ANNOTATION;
+    format!(
+        "has(object.metadata.annotations) && '{a}' in object.metadata.annotations && \
+         object.metadata.annotations['{a}'].contains('{}')",
+        crate::serving::ENDPOINTS_INTERCEPTOR
     )
 }
 
@@ -165,26 +179,53 @@ pub fn validating(
 }
 
 /// The mutating configuration: NodeMaintenance CREATE and UPDATE (`failurePolicy: Fail`; on
-/// UPDATE it only restores a re-applied partial drain plan, rule M2).
-pub fn mutating(name: &str, url_base: &str, ca: &[u8]) -> MutatingWebhookConfiguration {
+/// UPDATE it only restores a re-applied partial drain plan, rule M2), and Pod CREATE
+/// (`failurePolicy: Ignore`, and `matchConditions` when asked: the readiness gate of rule P9).
+pub fn mutating(
+    name: &str,
+    url_base: &str,
+    ca: &[u8],
+    match_conditions: bool,
+) -> MutatingWebhookConfiguration {
+    let pods = MutatingWebhook {
+        name: "pods.mutate.evictord.dev".into(),
+        client_config: client(url_base, PATH_MUTATE_PODS, ca),
+        rules: Some(vec![rule("", &["pods"], &["CREATE"])]),
+        failure_policy: Some("Ignore".into()),
+        match_policy: Some("Equivalent".into()),
+        side_effects: "None".into(),
+        admission_review_versions: vec!["v1".into()],
+        timeout_seconds: Some(5),
+        reinvocation_policy: Some("Never".into()),
+        match_conditions: match_conditions.then(|| {
+            vec![MatchCondition {
+                name: "declares-endpoints-interceptor".into(),
+                expression: serving_match_condition(),
+            }]
+        }),
+        ..Default::default()
+    };
     MutatingWebhookConfiguration {
         metadata: meta(name),
-        webhooks: Some(vec![MutatingWebhook {
-            name: "nodemaintenances.mutate.evictord.dev".into(),
-            client_config: client(url_base, PATH_MUTATE_NODE_MAINTENANCES, ca),
-            rules: Some(vec![rule(
-                crate::api::GROUP,
-                &["nodemaintenances"],
-                &["CREATE", "UPDATE"],
-            )]),
-            failure_policy: Some("Fail".into()),
-            match_policy: Some("Equivalent".into()),
-            side_effects: "None".into(),
-            admission_review_versions: vec!["v1".into()],
-            timeout_seconds: Some(5),
-            reinvocation_policy: Some("Never".into()),
-            ..Default::default()
-        }]),
+        webhooks: Some(vec![
+            MutatingWebhook {
+                name: "nodemaintenances.mutate.evictord.dev".into(),
+                client_config: client(url_base, PATH_MUTATE_NODE_MAINTENANCES, ca),
+                rules: Some(vec![rule(
+                    crate::api::GROUP,
+                    &["nodemaintenances"],
+                    &["CREATE", "UPDATE"],
+                )]),
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                side_effects: "None".into(),
+                admission_review_versions: vec!["v1".into()],
+                timeout_seconds: Some(5),
+                reinvocation_policy: Some("Never".into()),
+                ..Default::default()
+            },
+            pods,
+        ]),
     }
 }
 
@@ -199,7 +240,7 @@ pub fn yaml(
     match_conditions: bool,
 ) -> Result<String, serde_norway::Error> {
     let mut v = serde_norway::to_value(validating(name, url_base, ca, match_conditions))?;
-    let mut m = serde_norway::to_value(mutating(name, url_base, ca))?;
+    let mut m = serde_norway::to_value(mutating(name, url_base, ca, match_conditions))?;
     // k8s-openapi types do not serialise apiVersion/kind on their own.
     for (obj, kind) in [
         (&mut v, "ValidatingWebhookConfiguration"),

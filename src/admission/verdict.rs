@@ -77,6 +77,12 @@ pub struct Settings {
     /// The user name evictord's own API calls arrive under (rule S7 lets it write every entry);
     /// `None` when unknown (then no request counts as evictord's).
     pub own_user: Option<String>,
+    /// Whether the `endpoints.evictord.dev` interceptor runs (`--endpoints-interceptor`): rule P9
+    /// adds the `evictord.dev/serving` readiness gate only then.
+    pub serving_gate: bool,
+    /// `--deregistration-delay` (default 30 s): the delay of a pod without a valid
+    /// `evictord.dev/deregistration-delay` (rule P10 names it).
+    pub deregistration_delay: Duration,
 }
 
 impl Default for Settings {
@@ -90,6 +96,8 @@ impl Default for Settings {
             interceptor_registration: RegistrationMode::default(),
             unregistered_interceptor_grace: Duration::from_secs(60),
             own_user: None,
+            serving_gate: true,
+            deregistration_delay: crate::serving::DEFAULT_DEREGISTRATION_DELAY,
         }
     }
 }

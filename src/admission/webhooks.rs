@@ -1,4 +1,4 @@
-//! The webhooks (EvictionRequests, Pods, NodeMaintenances validating and mutating,
+//! The webhooks (EvictionRequests, Pods and NodeMaintenances validating and mutating,
 //! EvictionInterceptors, MaintenanceBudgets, and the Eviction API bridge) and the router that serves them, one typed
 //! route each: the pure reviews through the one generic handler, the bridge through its own thin shell (it writes the
 //! EvictionRequest it hands the call to).
@@ -10,13 +10,13 @@ use axum::Router;
 
 use super::http::{AdmissionState, Webhook, route};
 use super::registration::{
-    PATH_MUTATE_NODE_MAINTENANCES, PATH_VALIDATE_EVICTION_INTERCEPTORS,
+    PATH_MUTATE_NODE_MAINTENANCES, PATH_MUTATE_PODS, PATH_VALIDATE_EVICTION_INTERCEPTORS,
     PATH_VALIDATE_EVICTION_REQUESTS, PATH_VALIDATE_MAINTENANCE_BUDGETS,
     PATH_VALIDATE_NODE_MAINTENANCES, PATH_VALIDATE_POD_EVICTIONS, PATH_VALIDATE_PODS,
 };
 use super::{
     Lookups, ReviewRequest, eviction_interceptor, eviction_request, maintenance_budget,
-    node_maintenance, pod, pod_eviction,
+    node_maintenance, pod, pod_eviction, pod_serving,
 };
 use crate::admission::partial::{AdmittedEvictionRequest, AdmittedPod};
 use crate::api::{EvictionInterceptor, EvictionRequest, MaintenanceBudget, NodeMaintenance};
@@ -115,6 +115,17 @@ pub static VALIDATE_PODS: Webhook<AdmittedPod> = Webhook {
     sub_resources: &[],
 };
 
+/// Adds the `evictord.dev/serving` readiness gate to created pods that declare
+/// `endpoints.evictord.dev` (rules P9, P10; needs no cluster).
+pub static MUTATE_PODS: Webhook<pod_serving::GatedPod> = Webhook {
+    resource: "pods",
+    kind: "mutate",
+    lookups: no_lookups,
+    review: |req, _view, settings| pod_serving::mutate_pod(req, settings),
+    needs_cluster: never,
+    sub_resources: &[],
+};
+
 /// Validates NodeMaintenances.
 pub static VALIDATE_NODE_MAINTENANCES: Webhook<NodeMaintenance> = Webhook {
     resource: "nodemaintenances",
@@ -164,6 +175,7 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         &VALIDATE_EVICTION_REQUESTS,
     );
     let r = route(r, PATH_VALIDATE_PODS, &VALIDATE_PODS);
+    let r = route(r, PATH_MUTATE_PODS, &MUTATE_PODS);
     let r = route(
         r,
         PATH_VALIDATE_NODE_MAINTENANCES,

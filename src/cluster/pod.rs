@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::api::{INTERCEPTORS_ANNOTATION, MIRROR_POD_ANNOTATION, PodType, parse_interceptor_list};
+use crate::serving::SERVING_CONDITION;
 
 /// A Pod reduced to what evictord decides on.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -201,6 +202,15 @@ pub struct CachedPodSpec {
         skip_serializing_if = "is_false"
     )]
     pub empty_dir: bool,
+    /// Whether `spec.readinessGates` holds the `evictord.dev/serving` gate (SPEC 6.4), which the
+    /// keeper sets `True`. Decoded from the gates, which are not kept.
+    #[serde(
+        default,
+        rename = "readinessGates",
+        deserialize_with = "has_serving_gate",
+        skip_serializing_if = "is_false"
+    )]
+    pub serving_gate: bool,
 }
 
 /// The parts of the pod status decisions need.
@@ -209,6 +219,15 @@ pub struct CachedPodStatus {
     /// Pending, Running, Succeeded, Failed or Unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// The status of the `evictord.dev/serving` condition (SPEC 6.4): `None` when the pod has
+    /// none. Decoded from the conditions, which are not kept.
+    #[serde(
+        default,
+        rename = "conditions",
+        deserialize_with = "serving_status",
+        skip_serializing
+    )]
+    pub serving: Option<bool>,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
@@ -230,6 +249,33 @@ fn has_empty_dir<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     }
     let volumes = Option::<Vec<Volume>>::deserialize(d)?.unwrap_or_default();
     Ok(volumes.iter().any(|v| v.empty_dir.is_some()))
+}
+
+fn has_serving_gate<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    /// A readiness gate, of which only the condition type is read.
+    #[derive(Deserialize)]
+    struct Gate {
+        #[serde(default, rename = "conditionType")]
+        condition_type: String,
+    }
+    let gates = Option::<Vec<Gate>>::deserialize(d)?.unwrap_or_default();
+    Ok(gates.iter().any(|g| g.condition_type == SERVING_CONDITION))
+}
+
+fn serving_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    /// A pod condition, of which only the type and status are read.
+    #[derive(Deserialize)]
+    struct Condition {
+        #[serde(default, rename = "type")]
+        type_: String,
+        #[serde(default)]
+        status: String,
+    }
+    let conditions = Option::<Vec<Condition>>::deserialize(d)?.unwrap_or_default();
+    Ok(conditions
+        .iter()
+        .find(|c| c.type_ == SERVING_CONDITION)
+        .map(|c| c.status == "True"))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -506,6 +552,26 @@ mod tests {
             assert_eq!(c.get("k"), None);
             assert_eq!(c.get("zz"), None);
         }
+    }
+
+    /// SPEC 6.4: the gate and its condition are read from the lists, which are not kept.
+    #[rstest::rstest]
+    #[case::none(serde_json::json!({"metadata": {"name": "p"}}), false, None)]
+    #[case::other_gate(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "x.example.com/ready"}]}}), false, None)]
+    #[case::gated_not_seen(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "x.example.com/ready"}, {"conditionType": "evictord.dev/serving"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]}}), true, None)]
+    #[case::serving(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "evictord.dev/serving"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "evictord.dev/serving", "status": "True", "reason": "Serving"}]}}), true, Some(true))]
+    #[case::leaving(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "evictord.dev/serving"}]},
+        "status": {"conditions": [{"type": "evictord.dev/serving", "status": "False", "lastProbeTime": null}]}}), true, Some(false))]
+    fn serving_gate_rows(
+        #[case] pod: serde_json::Value,
+        #[case] gate: bool,
+        #[case] serving: Option<bool>,
+    ) {
+        let pod: CachedPod = serde_json::from_value(pod).unwrap();
+        let pod = pod.trim();
+        assert_eq!((pod.spec.serving_gate, pod.status.serving), (gate, serving));
     }
 
     /// SPEC 6.2: what `kubectl drain` checks before it deletes a pod.
