@@ -281,7 +281,7 @@ async fn watch_stops_on_timeout_and_ctrl_c_without_undoing() {
         .label("evictord-test", "plugin-w")
         .create(&client)
         .await;
-    let nm = evictord::plugin::preview::maintenance_for(
+    let nm = evictord::plugin::maintenance::maintenance_for(
         "plugin-watch-nm",
         &["plugin-w1".to_string()],
         &[],
@@ -370,11 +370,12 @@ async fn a_waiting_node_names_the_maintenance_it_shares_with() {
     node("plugin-s2").create(&client).await;
     pod("guarded")
         .on_node("plugin-s2")
+        .replicaset("guarded")
         .label("app", "guarded")
         .create(&client, &ns)
         .await;
     blocking_pdb(&client, &ns, "guarded-pdb", "app", "guarded", 1).await;
-    let other = evictord::plugin::preview::maintenance_for(
+    let other = evictord::plugin::maintenance::maintenance_for(
         "plugin-other-nm",
         &["plugin-s2".to_string()],
         &[],

@@ -11,7 +11,7 @@ use crate::interceptor::hpa::target::{
     Autoscaler, Scaled, autoscaler_for, controller_chain, controller_of,
 };
 
-use super::preview::Preview;
+use super::planned::Preview;
 
 /// A ReplicaSet's controller (a Deployment, an Argo Rollout, ...).
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +67,7 @@ pub fn surging_autoscaler(
     }
 }
 
-/// Fills in [`PlannedPod::autoscaler`](super::preview::PlannedPod::autoscaler) for the pods of
+/// Fills in [`PlannedPod::autoscaler`](super::planned::PlannedPod::autoscaler) for the pods of
 /// `preview` (`pods` are the pods it was made from).
 pub fn name_autoscalers(
     preview: &mut Preview,
@@ -150,7 +150,8 @@ mod tests {
     fn plan_names_the_autoscaler() {
         use crate::api::Stage;
         use crate::plugin::fixtures::{node, t};
-        use crate::plugin::preview::{maintenance_for, preview};
+        use crate::plugin::maintenance::maintenance_for;
+        use crate::plugin::preview::preview;
         use crate::plugin::report::{plan_report, plan_text};
 
         let pods = [
@@ -163,14 +164,14 @@ mod tests {
         let selected = vec!["n1".to_string()];
         let nodes = [node("n1")];
         let mine = maintenance_for("mine", &selected, &[], None, Stage::Drain);
-        let mut p = preview(&mine, &[], &nodes, &pods, &[], t(0));
+        let mut p = preview(&mine, &[], &nodes, &pods, &[], &Default::default(), t(0));
         name_autoscalers(
             &mut p,
             &pods,
             &[deployment_of("web-1", "web")],
             &[hpa("ns", "web-hpa", "web")],
         );
-        let r = plan_report(p, &selected, &pods, &[], &[], &nodes);
+        let r = plan_report(p, &selected, &pods, &[], &[], &nodes, None);
         let named: Vec<(&str, Option<&str>)> = r
             .pods
             .iter()

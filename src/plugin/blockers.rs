@@ -266,7 +266,7 @@ mod tests {
     }
 
     fn holding(name: &str, node: &str) -> NodeMaintenance {
-        let mut m = crate::plugin::preview::maintenance_for(
+        let mut m = crate::plugin::maintenance::maintenance_for(
             name,
             &[node.into()],
             &[],

@@ -123,6 +123,9 @@ pub enum Error {
         /// The drain's nodes, as command-line words.
         nodes: String,
     },
+    /// Pods `kubectl drain` would refuse without `--force` or `--delete-emptydir-data`.
+    #[error("{0}")]
+    Unsafe(super::safety::Unsafe),
     /// The rollout cannot be resumed by this command.
     #[error("{0}")]
     Rollout(String),

@@ -93,6 +93,15 @@ impl PodBuilder {
             .insert(MIRROR_POD_ANNOTATION.into(), "m".into());
         self
     }
+    /// It has an `emptyDir` volume.
+    pub fn empty_dir(mut self) -> Self {
+        self.0.spec.empty_dir = true;
+        self
+    }
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.0.metadata.namespace = Some(ns.into());
+        self
+    }
     pub fn terminating(mut self) -> Self {
         self.0.metadata.deletion_timestamp = Some(Time(t(0)));
         self

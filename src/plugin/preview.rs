@@ -2,203 +2,46 @@
 //! step, without writing anything.
 //!
 //! It plays the controller forward with the controller's own code: the maintenance `drain` would
-//! create ([`maintenance_for`]) is added to the maintenances already draining, their input is
-//! gathered by [`drain_input`] and resolved by [`plan_drain`], exactly as the node maintenance
-//! controller does; the pods the result asks for are taken as gone (the controller only moves on
-//! once they are), and the resolution runs again, until the maintenance is drained or stops
-//! moving. The step of a pod is the plan position at which the controller first asks for it.
-//! Pods of one step are asked for together (the controller creates their requests at once).
+//! create ([`maintenance_for`](super::maintenance::maintenance_for)) is added to the maintenances
+//! already draining, their input is gathered by [`drain_input`] and [`apply_pod_rules`] and
+//! resolved by [`plan_drain`], exactly as the node maintenance controller does; the pods the
+//! result asks for are taken as gone (the controller only moves on once they are), those it waits
+//! to complete (SPEC 6.2) as finished, and the resolution runs again, until the maintenance is
+//! drained or stops moving. The step of a pod is the plan position at which the controller first
+//! asks for it (or starts waiting for it). Pods of one step are asked for together (the
+//! controller creates their requests at once). Pods the rules skip are listed last, never asked
+//! for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde::Serialize;
 
 use crate::admission::node_maintenance::canonical_drain_plan;
-use crate::api::{
-    DrainPlanEntry, EvictionRequest, NodeMaintenance, NodeMaintenanceSpec, NodeMaintenanceStatus,
-    PodType, Registration, Stage,
-};
+use crate::api::{DrainBehavior, EvictionRequest, NodeMaintenance, NodeMaintenanceStatus, Stage};
 use crate::cluster::CachedPod;
-use crate::controller::eviction_request::{implicit_interceptors, target_interceptors};
 use crate::controller::node_maintenance::gather::{
-    as_admitted, drain_input, has_node_agent, selects,
+    apply_pod_rules, as_admitted, drain_input, has_node_agent, selects,
 };
-use crate::drain::{DrainPod, Leaving, plan_drain};
+use crate::drain::{DrainInput, MaintenanceOutput, TargetSet, plan_drain};
 
-/// The maintenance `kubectl evictord drain` creates: these nodes by name (one `matchFields` term
-/// each, the form admission rule N1 accepts), Default entries at `priority_steps` ahead of the
-/// default plan, in `stage`.
-pub fn maintenance_for(
-    name: &str,
-    nodes: &[String],
-    priority_steps: &[i32],
-    reason: Option<&str>,
-    stage: Stage,
-) -> NodeMaintenance {
-    let terms = nodes
-        .iter()
-        .map(|n| NodeSelectorTerm {
-            match_fields: Some(vec![NodeSelectorRequirement {
-                key: "metadata.name".into(),
-                operator: "In".into(),
-                values: Some(vec![n.clone()]),
-            }]),
-            match_expressions: None,
-        })
-        .collect();
-    let mut steps: Vec<i32> = priority_steps.to_vec();
-    steps.sort_unstable();
-    steps.dedup();
-    let drain_plan = steps
-        .into_iter()
-        .map(|pod_priority| DrainPlanEntry {
-            pod_priority,
-            pod_type: PodType::Default,
-            pod_selector: None,
-        })
-        .collect();
-    NodeMaintenance::new(
-        name,
-        NodeMaintenanceSpec {
-            node_selector: NodeSelector {
-                node_selector_terms: terms,
-            },
-            stage: Some(stage),
-            drain_plan,
-            reason: reason.map(str::to_string),
-            ..Default::default()
-        },
-    )
-}
+use super::drain_rules::{NamespaceLabels, labels_of, sources};
+use super::planned::{ASSUMED_DAEMONSET_INTERCEPTOR, PlannedPod, Preview, planned_pod};
 
-/// The name `drain` gives a maintenance: `drain-<first node>[-and-<n>]-<unix seconds>`, cut to
-/// fit a name (253 characters).
-pub fn maintenance_name(nodes: &[String], now: Timestamp) -> String {
-    let first = nodes.first().map_or("nodes", String::as_str);
-    let more = match nodes.len() {
-        0 | 1 => String::new(),
-        n => format!("-and-{}", n - 1),
-    };
-    let tail = format!("{more}-{}", now.as_second());
-    let room = 253 - "drain-".len() - tail.len();
-    let head: String = first.chars().take(room).collect();
-    format!("drain-{}{tail}", head.trim_end_matches(['-', '.']))
-}
-
-/// One pod of the preview.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedPod {
-    /// The plan position at which the controller asks for the pod (`None`: never, because another
-    /// maintenance holds the node back).
-    pub step: Option<usize>,
-    /// `Type ≤ priority` of that plan entry, for people.
-    pub entry: String,
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Node.
-    pub node: String,
-    /// Priority.
-    pub priority: i32,
-    /// Default, DaemonSet or Static.
-    pub pod_type: PodType,
-    /// `Kind/name` of the controller owner, if any.
-    pub owner: Option<String>,
-    /// The interceptors its EvictionRequest takes turns with, in order: the pod's own, then the
-    /// implicit `daemonset.apps.k8s.io` or `kubelet.k8s.io` (the default one, last for every pod,
-    /// is not listed).
-    pub interceptors: Vec<String>,
-    /// True when the pod leaves the node; false for DaemonSet and static pods that nothing will
-    /// remove: they get a request but stay, and do not hold the drain up.
-    pub leaves: bool,
-    /// Why the pod stays, when it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stays: Option<String>,
-    /// The HorizontalPodAutoscaler whose floor is raised before the pod leaves, with its target
-    /// (`web-hpa (Deployment web)`; [`name_autoscalers`](super::autoscalers::name_autoscalers)).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaler: Option<String>,
-    /// Its interceptors that no `EvictionInterceptor` registers (SPEC 5.5): each may hold the
-    /// pod up to its heartbeat deadline (or the grace, under `enforce`). See
-    /// [`Preview::mark_unregistered`].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unregistered: Vec<String>,
-}
-
-/// The plugin cannot read evictord's flags: it assumes `daemonset.apps.k8s.io` runs, as it does
-/// by default (`--daemonset-interceptor`, chart value `controller.daemonsetInterceptor`).
-pub const ASSUMED_DAEMONSET_INTERCEPTOR: bool = true;
-
-/// The drain preview.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Preview {
-    /// The drain plan as admission completes it.
-    pub plan: Vec<DrainPlanEntry>,
-    /// Every pod on the nodes, in the order the controller asks for them.
-    pub pods: Vec<PlannedPod>,
-}
-
-impl Preview {
-    /// Names, on each pod, the interceptors `registration` says no EvictionInterceptor registers.
-    pub fn mark_unregistered(&mut self, registration: impl Fn(&str) -> Registration) {
-        for p in &mut self.pods {
-            p.unregistered = p
-                .interceptors
-                .iter()
-                .filter(|n| registration(n) == Registration::NotRegistered)
-                .cloned()
-                .collect();
-        }
-    }
-
-    /// The pods of each node that leave: what a drain has to remove.
-    pub fn to_evict(&self) -> BTreeMap<String, BTreeSet<String>> {
-        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for p in self.pods.iter().filter(|p| p.leaves) {
-            out.entry(p.node.clone())
-                .or_default()
-                .insert(format!("{}/{}", p.namespace, p.name));
-        }
-        out
-    }
-}
-
-/// `Default ≤ 1000000000`, with ` (podSelector)` when the entry has one.
-pub fn entry_label(e: &DrainPlanEntry) -> String {
-    let selector = if e.pod_selector.is_some() {
-        " (podSelector)"
-    } else {
-        ""
-    };
-    format!("{} ≤ {}{selector}", e.pod_type, e.pod_priority)
-}
-
-/// `Kind/name` of the pod's controller owner.
-pub fn owner_of(pod: &CachedPod) -> Option<String> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| format!("{}/{}", o.kind, o.name))
-}
-
-/// The preview of draining with `planned` (e.g. from [`maintenance_for`]) while `existing`
-/// maintenances are as they are. `nodes` are the cluster's nodes (at least those selected),
-/// `pods` the pods on the selected nodes, `requests` the EvictionRequests that exist.
+/// The preview of draining with `planned` (e.g. from
+/// [`maintenance_for`](super::maintenance::maintenance_for)) while `existing` maintenances are as
+/// they are. `nodes` are the cluster's nodes (at least those selected), `pods` the pods on the
+/// selected nodes, `requests` the EvictionRequests that exist, `namespaces` the labels of the
+/// pods' namespaces (needed only when a pod rule has a `namespaceSelector`).
 pub fn preview(
     planned: &NodeMaintenance,
     existing: &[NodeMaintenance],
     nodes: &[Arc<Node>],
     pods: &[CachedPod],
     requests: &[EvictionRequest],
+    namespaces: &NamespaceLabels,
     now: Timestamp,
 ) -> Preview {
     let name = planned.metadata.name.clone().unwrap_or_default();
@@ -233,52 +76,84 @@ pub fn preview(
         .filter(|n| has_node_agent(n))
         .filter_map(|n| n.metadata.name.as_deref())
         .collect();
-    let planned_pod = |pod: &CachedPod, step: Option<usize>, plan: &[DrainPlanEntry]| {
+    let mut remaining: Vec<Arc<CachedPod>> = pods.iter().cloned().map(Arc::new).collect();
+    let decided = sources(&maintenances, nodes, &remaining, namespaces);
+    // Each pod's behaviour, as the controller decides it (the first round sees every pod).
+    let mut behaviors: BTreeMap<String, DrainBehavior> = BTreeMap::new();
+    let planned_pod = |pod: &CachedPod, step: Option<usize>, behavior: DrainBehavior| {
         let node_agent = pod
             .spec
             .node_name
             .as_deref()
             .is_some_and(|n| with_agent.contains(n));
         let request = request_of.get(&(pod.namespace(), pod.uid())).copied();
-        planned_pod(pod, step, plan, request, node_agent)
+        let mut p = planned_pod(pod, step, &mine.spec.drain_plan, request, node_agent);
+        p.behavior = behavior;
+        p.decided_by = decided.get(pod.uid()).cloned();
+        if behavior == DrainBehavior::Skip {
+            p.entry = "skipped".into();
+            p.leaves = false;
+            p.stays = Some(match &p.decided_by {
+                Some(why) => format!("skipped by {why}"),
+                None => "skipped".into(),
+            });
+        }
+        p
     };
-    let mut remaining: Vec<Arc<CachedPod>> = pods.iter().cloned().map(Arc::new).collect();
     let by_uid: BTreeMap<&str, &CachedPod> = pods.iter().map(|p| (p.uid(), p)).collect();
     let mut listed: BTreeSet<String> = BTreeSet::new();
     let mut planned_pods = Vec::new();
     // Each round either lists a pod or advances a position; both are bounded.
     let bound = mine.spec.drain_plan.len() + pods.len() + 2;
     for _ in 0..bound {
-        let input = drain_input(
+        let mut input = drain_input(
             &maintenances,
             nodes,
             &remaining,
             |ns, uid| request_of.get(&(ns, uid)).copied(),
             ASSUMED_DAEMONSET_INTERCEPTOR,
         );
+        apply_pod_rules(
+            &mut input,
+            &maintenances,
+            nodes,
+            &remaining,
+            labels_of(namespaces),
+        );
+        for p in input.pods.values().flatten() {
+            behaviors.entry(p.uid.clone()).or_insert(p.behavior);
+        }
         let output = plan_drain(&input);
         let Some(out) = output.maintenances.iter().find(|o| o.name == name) else {
             break;
         };
         let step = usize::try_from(out.drain_plan_position).unwrap_or(0);
         let mut progressed = false;
-        for p in &out.pods_to_request {
-            if !listed.insert(p.uid.clone()) {
+        let asked_now = out.pods_to_request.iter().map(|p| p.uid.clone());
+        for uid in asked_now.chain(waited_for(&input, out)) {
+            if !listed.insert(uid.clone()) {
                 continue;
             }
-            if let Some(pod) = by_uid.get(p.uid.as_str()) {
+            if let Some(pod) = by_uid.get(uid.as_str()) {
                 progressed = true;
-                planned_pods.push(planned_pod(pod, Some(step), &mine.spec.drain_plan));
+                let behavior = behaviors.get(&uid).copied().unwrap_or_default();
+                planned_pods.push(planned_pod(pod, Some(step), behavior));
             }
         }
         if out.drained {
             break;
         }
-        // The controller moves on once the pods asked for are gone.
-        let asked: BTreeSet<&str> = output
+        // The controller moves on once the pods asked for are gone and those waited for
+        // finished.
+        let asked: BTreeSet<String> = output
             .maintenances
             .iter()
-            .flat_map(|o| o.pods_to_request.iter().map(|p| p.uid.as_str()))
+            .flat_map(|o| {
+                o.pods_to_request
+                    .iter()
+                    .map(|p| p.uid.clone())
+                    .chain(waited_for(&input, o))
+            })
             .collect();
         let before = remaining.len();
         remaining.retain(|p| !asked.contains(p.uid()));
@@ -304,7 +179,8 @@ pub fn preview(
             break;
         }
     }
-    // Pods the plan never reaches (another maintenance holds their node back).
+    // Pods the rules skip, and pods the plan never reaches (another maintenance holds their node
+    // back).
     let selected: BTreeSet<String> = nodes
         .iter()
         .filter(|n| selects(&mine, n))
@@ -319,7 +195,10 @@ pub fn preview(
                 .as_ref()
                 .is_some_and(|n| selected.contains(n))
         })
-        .map(|p| planned_pod(p, None, &mine.spec.drain_plan))
+        .map(|p| {
+            let behavior = behaviors.get(p.uid()).copied().unwrap_or_default();
+            planned_pod(p, None, behavior)
+        })
         .collect();
     unreached
         .sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));
@@ -330,46 +209,36 @@ pub fn preview(
     }
 }
 
-fn planned_pod(
-    pod: &CachedPod,
-    step: Option<usize>,
-    plan: &[DrainPlanEntry],
-    request: Option<&EvictionRequest>,
-    node_agent: bool,
-) -> PlannedPod {
-    let leaving = Leaving {
-        daemonset_interceptor: ASSUMED_DAEMONSET_INTERCEPTOR,
-        node_agent,
-    };
-    let drain = DrainPod::from_cached(pod, request, leaving);
-    let implicit = implicit_interceptors(pod, node_agent, ASSUMED_DAEMONSET_INTERCEPTOR);
-    let (mut interceptors, _) = target_interceptors(pod.interceptors(), &implicit, &[]);
-    interceptors.pop(); // the default one, last for every pod
-    let leaves = drain.leaves();
-    PlannedPod {
-        step,
-        entry: step
-            .and_then(|k| plan.get(k))
-            .map(entry_label)
-            .unwrap_or_else(|| "held by another maintenance".to_string()),
-        namespace: drain.namespace,
-        name: drain.name,
-        node: pod.spec.node_name.clone().unwrap_or_default(),
-        priority: drain.priority,
-        pod_type: drain.pod_type,
-        owner: owner_of(pod),
-        interceptors,
-        leaves,
-        stays: drain.stays.map(|s| s.reason().to_string()),
-        autoscaler: None,
-        unregistered: Vec::new(),
-    }
+/// The pods a maintenance's output waits to complete (SPEC 6.2): on each of its nodes, the
+/// non-terminal `WaitCompleted` pods the node's targets match — those that hold the node, as
+/// [`plan_drain`] counts them.
+fn waited_for(input: &DrainInput, out: &MaintenanceOutput) -> Vec<String> {
+    out.node_statuses
+        .iter()
+        .flat_map(|s| {
+            let targets = TargetSet::from_entries(&s.drain_targets);
+            input
+                .pods
+                .get(&s.node_ref.name)
+                .into_iter()
+                .flatten()
+                .filter(move |p| {
+                    p.behavior == DrainBehavior::WaitCompleted
+                        && !p.terminal
+                        && targets.matches(p.pod_type, p.priority, &p.labels)
+                })
+                .map(|p| p.uid.clone())
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PodRule;
     use crate::plugin::fixtures::{node, pod, t};
+    use crate::plugin::maintenance::maintenance_for;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn names(p: &Preview) -> Vec<(Option<usize>, String)> {
         p.pods.iter().map(|p| (p.step, p.name.clone())).collect()
@@ -384,7 +253,7 @@ mod tests {
         let selected: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
         let nm = maintenance_for("mine", &selected, steps, None, Stage::Drain);
         let all = [node("n1"), node("n2")];
-        preview(&nm, existing, &all, &pods, &[], t(0))
+        preview(&nm, existing, &all, &pods, &[], &Default::default(), t(0))
     }
 
     /// The default plan: every ordinary pod in step 0; the DaemonSet pod, which leaves through
@@ -444,7 +313,7 @@ mod tests {
             pod("etcd-n2").on("n2").mirror().build(),
         ];
         let nm = maintenance_for("mine", &["n1".into(), "n2".into()], &[], None, Stage::Drain);
-        let p = preview(&nm, &[], &nodes, &pods, &[], t(0));
+        let p = preview(&nm, &[], &nodes, &pods, &[], &Default::default(), t(0));
         type Row<'a> = (&'a str, Option<usize>, bool, Option<&'a str>, Vec<&'a str>);
         let rows: Vec<Row<'_>> = p
             .pods
@@ -552,14 +421,104 @@ mod tests {
         );
     }
 
-    #[rstest::rstest]
-    #[case(&["n1"], "drain-n1-1800000000")]
-    #[case(&["n1", "n2", "n3"], "drain-n1-and-2-1800000000")]
-    fn maintenance_names(#[case] nodes: &[&str], #[case] name: &str) {
-        let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
-        assert_eq!(maintenance_name(&nodes, t(0)), name);
-        let long = vec!["x".repeat(300)];
-        assert_eq!(maintenance_name(&long, t(0)).len(), 253);
+    fn selector(k: &str, v: &str) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some([(k.to_string(), v.to_string())].into()),
+            match_expressions: None,
+        })
+    }
+
+    /// SPEC 6.2: a pod waited for is listed at the step the drain starts waiting for it, and the
+    /// plan moves on once it finished; a skipped pod is listed last, never asked for, and holds
+    /// nothing; the label or the rule (of the oldest maintenance holding the node) that decides
+    /// is named; the namespaces' labels count.
+    #[test]
+    fn skipped_and_waited_for_pods() {
+        let mut older = maintenance_for("older", &["n1".into()], &[], None, Stage::Cordon);
+        older.spec.pod_rules = vec![PodRule {
+            namespace_selector: selector("team", "batch"),
+            pod_selector: selector("kind", "job"),
+            behavior: DrainBehavior::WaitCompleted,
+        }];
+        older.metadata.creation_timestamp = Some(Time(t(-100)));
+        let older = as_admitted(older);
+        let pods = vec![
+            pod("a").replicaset("web").build(),
+            pod("job").namespace("batch").label("kind", "job").build(),
+            pod("other-job").label("kind", "job").build(),
+            pod("kept").label(crate::api::DRAIN_LABEL, "skip").build(),
+            pod("ds").daemonset().build(),
+        ];
+        let nm = maintenance_for("mine", &["n1".into()], &[], None, Stage::Drain);
+        let namespaces: NamespaceLabels = [(
+            "batch".to_string(),
+            [("team".to_string(), "batch".to_string())].into(),
+        )]
+        .into();
+        let p = preview(&nm, &[older], &[node("n1")], &pods, &[], &namespaces, t(0));
+        assert_eq!(
+            names(&p),
+            vec![
+                (Some(0), "a".into()),
+                (Some(0), "other-job".into()),
+                (Some(0), "job".into()),
+                (Some(4), "ds".into()),
+                (None, "kept".into()),
+            ]
+        );
+        let row = |name: &str| p.pods.iter().find(|x| x.name == name).unwrap();
+        assert_eq!(row("job").behavior, DrainBehavior::WaitCompleted);
+        assert_eq!(
+            row("job").decided_by.as_deref(),
+            Some("podRules[0] of maintenance older")
+        );
+        assert_eq!(row("other-job").behavior, DrainBehavior::Drain);
+        let kept = row("kept");
+        assert_eq!(
+            (kept.behavior, kept.leaves, kept.entry.as_str()),
+            (DrainBehavior::Skip, false, "skipped")
+        );
+        assert_eq!(
+            kept.stays.as_deref(),
+            Some("skipped by label evictord.dev/drain=skip")
+        );
+        let to_evict = p.to_evict();
+        let evicted: Vec<&String> = to_evict["n1"].iter().collect();
+        assert_eq!(evicted, ["ns/a", "ns/ds", "ns/other-job"]);
+        let json = serde_json::to_value(kept).unwrap();
+        assert_eq!(json["behavior"], "Skip");
+        assert_eq!(json["decidedBy"], "label evictord.dev/drain=skip");
+    }
+
+    /// The facts `kubectl drain` checks: no controller (not a mirror pod), an emptyDir volume.
+    #[test]
+    fn unmanaged_and_local_data_pods_are_marked() {
+        let p = run(
+            &[],
+            &["n1"],
+            vec![
+                pod("bare").build(),
+                pod("scratch").replicaset("web").empty_dir().build(),
+                pod("m").mirror().build(),
+            ],
+            &[],
+        );
+        let marks: Vec<(&str, bool, bool)> = p
+            .pods
+            .iter()
+            .map(|p| (p.name.as_str(), p.unmanaged, p.local_data))
+            .collect();
+        assert_eq!(
+            marks,
+            vec![
+                ("bare", true, false),
+                ("scratch", false, true),
+                ("m", false, false)
+            ]
+        );
+        let json = serde_json::to_value(&p.pods[0]).unwrap();
+        assert_eq!(json["unmanaged"], true);
+        assert!(json.get("localData").is_none(), "{json}");
     }
 
     #[test]

@@ -11,16 +11,18 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::api::{CONDITION_DRAINED, EvictionRequest, NodeMaintenance, Stage};
+use crate::api::{CONDITION_DRAINED, DrainBehavior, EvictionRequest, NodeMaintenance, Stage};
 use crate::cluster::CachedPod;
 use crate::controller::node_maintenance::gather::{
-    drain_input, has_node_agent, is_draining, selected_nodes,
+    apply_pod_rules, drain_input, has_node_agent, is_draining, selected_nodes,
 };
-use crate::drain::{Leaving, plan_drain, stays};
-
-use super::preview::ASSUMED_DAEMONSET_INTERCEPTOR;
+use crate::drain::messages::{MAX_NAMED_PODS, with_rules};
+use crate::drain::{DrainPod, Leaving, TargetSet, plan_drain, stays};
 
 use super::blockers::{Budget, Holdup, holdup, node_note};
+use super::deadline::NodeDeadline;
+use super::drain_rules::{NamespaceLabels, labels_of};
+use super::planned::ASSUMED_DAEMONSET_INTERCEPTOR;
 
 /// A pod that holds its node's drain up.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -44,6 +46,12 @@ pub struct NodeProgress {
     pub note: Option<String>,
     /// The pods still holding the node up.
     pub pods: Vec<PodLine>,
+    /// The node's drain deadline, once evictord recorded it.
+    pub deadline: Option<NodeDeadline>,
+    /// The pods the drain waits to complete (`namespace/name`): not evicted, they hold the node.
+    pub waiting: Vec<String>,
+    /// The pods the rules skip (`namespace/name`): they stay and hold nothing.
+    pub skipped: Vec<String>,
 }
 
 /// A drain's progress at one moment.
@@ -57,6 +65,8 @@ pub struct Frame {
     pub drained: bool,
     /// Per selected node.
     pub nodes: Vec<NodeProgress>,
+    /// When it was read.
+    pub at: Timestamp,
 }
 
 /// What a frame is computed from: the cluster as read, and what the watcher saw before.
@@ -73,6 +83,9 @@ pub struct FrameInput<'a> {
     pub requests: &'a [EvictionRequest],
     /// PodDisruptionBudgets of those namespaces.
     pub budgets: &'a [Budget],
+    /// The labels of those namespaces, for pod rules with a `namespaceSelector` (see
+    /// [`reads_namespaces`](super::drain_rules::reads_namespaces)).
+    pub namespaces: &'a NamespaceLabels,
     /// The time.
     pub now: Timestamp,
 }
@@ -115,26 +128,10 @@ pub fn frame(input: &FrameInput<'_>, to_evict: &mut BTreeMap<String, BTreeSet<St
             ))
         })
         .collect();
-    let targeted: BTreeSet<String> = if is_draining(nm) {
-        let all: Vec<Arc<NodeMaintenance>> =
-            input.maintenances.iter().cloned().map(Arc::new).collect();
-        let pods: Vec<Arc<CachedPod>> = input.pods.iter().cloned().map(Arc::new).collect();
-        let drain = drain_input(
-            &all,
-            input.nodes,
-            &pods,
-            |ns, uid| request_of.get(&(ns, uid)).copied(),
-            ASSUMED_DAEMONSET_INTERCEPTOR,
-        );
-        plan_drain(&drain)
-            .maintenances
-            .into_iter()
-            .filter(|m| m.name == name)
-            .flat_map(|m| m.pods_to_request)
-            .map(|p| p.uid)
-            .collect()
+    let (targeted, ruled) = if is_draining(nm) {
+        decided(input, &name, &request_of)
     } else {
-        BTreeSet::new()
+        (BTreeSet::new(), BTreeMap::new())
     };
     let nodes = selected
         .iter()
@@ -153,18 +150,22 @@ pub fn frame(input: &FrameInput<'_>, to_evict: &mut BTreeMap<String, BTreeSet<St
             expected.extend(holding.iter().map(|p| key(p)));
             let present: BTreeSet<String> = on_node.iter().map(|p| key(p)).collect();
             let evicted = expected.iter().filter(|k| !present.contains(*k)).count();
-            let message = status
+            let recorded = status
                 .node_statuses
                 .iter()
-                .find(|s| &s.node_ref.name == node)
-                .map(|s| s.drain_message.as_str())
-                .unwrap_or_default();
+                .find(|s| &s.node_ref.name == node);
+            let message = recorded.map_or("", |s| s.drain_message.as_str());
+            let rules = ruled.get(node.as_str()).cloned().unwrap_or_default();
             NodeProgress {
                 node: node.clone(),
                 evicted: evicted as u64,
                 total: expected.len() as u64,
-                note: stage_note(nm.spec.stage())
-                    .or_else(|| node_note(message, &name, input.maintenances)),
+                note: stage_note(nm.spec.stage()).or_else(|| {
+                    node_note(without_rules(message, &rules), &name, input.maintenances)
+                }),
+                deadline: recorded.and_then(|s| NodeDeadline::of(s, &nm.spec)),
+                waiting: rules.waiting.iter().map(drain_key).collect(),
+                skipped: rules.skipped.iter().map(drain_key).collect(),
                 pods: holding
                     .iter()
                     .map(|p| PodLine {
@@ -185,12 +186,106 @@ pub fn frame(input: &FrameInput<'_>, to_evict: &mut BTreeMap<String, BTreeSet<St
         stage: nm.spec.stage(),
         drained: status.is_true(CONDITION_DRAINED),
         nodes,
+        at: input.now,
     }
 }
 
 fn key(p: &CachedPod) -> String {
     format!("{}/{}", p.namespace(), p.name())
 }
+
+fn drain_key(p: &DrainPod) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+/// The pods of a node the drain waits to complete and those it skips (SPEC 6.2).
+#[derive(Clone, Debug, Default)]
+struct Ruled {
+    waiting: Vec<DrainPod>,
+    skipped: Vec<DrainPod>,
+}
+
+/// What the controller decides now for the maintenance `name`: the pods it asks to leave (UIDs),
+/// and on each of its nodes those it waits for and those it skips — the non-terminal pods the
+/// node's targets match, by behaviour, as [`plan_drain`] lists them in the node status.
+fn decided(
+    input: &FrameInput<'_>,
+    name: &str,
+    request_of: &BTreeMap<(&str, &str), &EvictionRequest>,
+) -> (BTreeSet<String>, BTreeMap<String, Ruled>) {
+    let all: Vec<Arc<NodeMaintenance>> = input.maintenances.iter().cloned().map(Arc::new).collect();
+    let pods: Vec<Arc<CachedPod>> = input.pods.iter().cloned().map(Arc::new).collect();
+    let mut drain = drain_input(
+        &all,
+        input.nodes,
+        &pods,
+        |ns, uid| request_of.get(&(ns, uid)).copied(),
+        ASSUMED_DAEMONSET_INTERCEPTOR,
+    );
+    apply_pod_rules(
+        &mut drain,
+        &all,
+        input.nodes,
+        &pods,
+        labels_of(input.namespaces),
+    );
+    let mut targeted = BTreeSet::new();
+    let mut ruled: BTreeMap<String, Ruled> = BTreeMap::new();
+    for m in plan_drain(&drain)
+        .maintenances
+        .into_iter()
+        .filter(|m| m.name == name)
+    {
+        targeted.extend(m.pods_to_request.into_iter().map(|p| p.uid));
+        for s in &m.node_statuses {
+            let targets = TargetSet::from_entries(&s.drain_targets);
+            let r = ruled.entry(s.node_ref.name.clone()).or_default();
+            for p in drain.pods.get(&s.node_ref.name).into_iter().flatten() {
+                if p.terminal || !targets.matches(p.pod_type, p.priority, &p.labels) {
+                    continue;
+                }
+                match p.behavior {
+                    DrainBehavior::WaitCompleted => r.waiting.push(p.clone()),
+                    DrainBehavior::Skip => r.skipped.push(p.clone()),
+                    DrainBehavior::Drain => {}
+                }
+            }
+        }
+    }
+    (targeted, ruled)
+}
+
+/// The node's message without what the controller appended about the pods it waits for and
+/// skips ([`with_rules`]): the frame shows those on lines of their own.
+fn without_rules<'m>(message: &'m str, r: &Ruled) -> &'m str {
+    let waiting: Vec<&DrainPod> = r.waiting.iter().collect();
+    let skipped: Vec<&DrainPod> = r.skipped.iter().collect();
+    let appended = with_rules(String::new(), &waiting, &skipped);
+    message.strip_suffix(appended.as_str()).unwrap_or(message)
+}
+
+/// `ns/a, ns/b and 3 more`.
+fn named(pods: &[String]) -> String {
+    let mut out = pods
+        .iter()
+        .take(MAX_NAMED_PODS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if pods.len() > MAX_NAMED_PODS {
+        out.push_str(&format!(" and {} more", pods.len() - MAX_NAMED_PODS));
+    }
+    out
+}
+
+/// The words for the pods of a node the rules skip.
+pub fn skipped_text(pods: &[String]) -> String {
+    format!("skipped, they stay on the node: {}", named(pods))
+}
+
+/// The words for a pod the drain waits to complete.
+pub const WAITING_TEXT: &str =
+    "waited for to complete (not evicted; the node is drained once it finished)";
 
 /// Outside Drain the bars do not move; say why.
 fn stage_note(stage: Stage) -> Option<String> {
@@ -211,7 +306,8 @@ pub struct PlainLine {
     pub text: String,
 }
 
-/// The frame as plain lines, without a terminal.
+/// The frame as plain lines, without a terminal. A deadline's line says the time left when the
+/// frame was made (it is printed once, and again when the deadline passes).
 pub fn plain_lines(f: &Frame) -> Vec<PlainLine> {
     let mut out = Vec::new();
     for n in &f.nodes {
@@ -224,6 +320,26 @@ pub fn plain_lines(f: &Frame) -> Vec<PlainLine> {
             key: text.clone(),
             text,
         });
+        if let Some(d) = &n.deadline {
+            out.push(PlainLine {
+                key: format!("node {} {}", n.node, d.key()),
+                text: format!("node {}: {}", n.node, d.text(Some(f.at))),
+            });
+        }
+        if !n.skipped.is_empty() {
+            let text = format!("node {}: {}", n.node, skipped_text(&n.skipped));
+            out.push(PlainLine {
+                key: text.clone(),
+                text,
+            });
+        }
+        for p in &n.waiting {
+            let text = format!("node {}: pod {p}: {WAITING_TEXT}", n.node);
+            out.push(PlainLine {
+                key: text.clone(),
+                text,
+            });
+        }
         for p in &n.pods {
             out.push(PlainLine {
                 key: format!("node {} pod {}: {}", n.node, p.pod, p.holdup.key),
@@ -254,7 +370,7 @@ mod tests {
     use super::*;
     use crate::api::{NodeMaintenanceNodeStatus, NodeMaintenanceStatus, NodeReference};
     use crate::plugin::fixtures::{node, pod, request, t};
-    use crate::plugin::preview::maintenance_for;
+    use crate::plugin::maintenance::maintenance_for;
 
     const NM: &str = "nodemaintenance.evictord.dev";
 
@@ -289,6 +405,7 @@ mod tests {
                 pods,
                 requests,
                 budgets: &[],
+                namespaces: &NamespaceLabels::new(),
                 now: t(0),
             },
             seen,
@@ -381,6 +498,68 @@ mod tests {
             vec![
                 "node n1: 1/1 pods evicted".to_string(),
                 "maintenance mine: Drained".to_string()
+            ]
+        );
+    }
+
+    /// SPEC 6.2: a skipped pod holds nothing and is named once; a pod waited for is not counted as
+    /// evicted and has its own line; the controller's note about them is not repeated; the
+    /// recorded deadline is shown with the time left, and again once it is exceeded.
+    #[test]
+    fn skipped_waited_for_and_the_deadline() {
+        use crate::api::{DRAIN_LABEL, DeadlinePolicy};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut nm =
+            draining("Evacuating; 1 pod waits to complete: ns/job; 1 pod skipped: ns/kept");
+        nm.spec.drain_deadline_seconds = Some(600);
+        nm.spec.deadline_policy = Some(DeadlinePolicy::Force);
+        let status = &mut nm.status.as_mut().unwrap().node_statuses[0];
+        status.deadline_time = Some(Time(t(300)));
+        let pods = [
+            pod("a").build(),
+            pod("job").label(DRAIN_LABEL, "wait-completed").build(),
+            pod("kept").label(DRAIN_LABEL, "skip").build(),
+        ];
+        let mut seen = BTreeMap::new();
+        let f = run(&nm, &pods, &[], &mut seen);
+        let n = &f.nodes[0];
+        assert_eq!((n.evicted, n.total), (0, 1));
+        assert_eq!(n.pods.len(), 1, "{:?}", n.pods);
+        assert_eq!(n.waiting, ["ns/job"]);
+        assert_eq!(n.skipped, ["ns/kept"]);
+        assert_eq!(
+            n.note, None,
+            "the rules' part of the message is shown on its own lines"
+        );
+        let mut printed = BTreeSet::new();
+        assert_eq!(
+            new_lines(&mut printed, &plain_lines(&f)),
+            vec![
+                "node n1: 0/1 pods evicted".to_string(),
+                "node n1: drain deadline in 5 m, then its pods are forced out".to_string(),
+                "node n1: skipped, they stay on the node: ns/kept".to_string(),
+                format!("node n1: pod ns/job: {WAITING_TEXT}"),
+                "node n1: pod ns/a: waiting for its EvictionRequest to be created".to_string(),
+            ]
+        );
+        // The job finished, `a` is gone, the deadline passed: only the news is printed.
+        let status = &mut nm.status.as_mut().unwrap().node_statuses[0];
+        status.deadline_exceeded = true;
+        status.drain_message = "Drained; 1 pod skipped: ns/kept".into();
+        let done = [
+            pod("job")
+                .label(DRAIN_LABEL, "wait-completed")
+                .phase("Succeeded")
+                .build(),
+            pod("kept").label(DRAIN_LABEL, "skip").build(),
+        ];
+        let f = run(&nm, &done, &[], &mut seen);
+        assert!(f.nodes[0].waiting.is_empty());
+        assert_eq!(
+            new_lines(&mut printed, &plain_lines(&f)),
+            vec![
+                "node n1: 1/1 pods evicted".to_string(),
+                "node n1: drain deadline exceeded 0 s ago: remaining pods deleted".to_string(),
             ]
         );
     }

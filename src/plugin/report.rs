@@ -1,18 +1,24 @@
-//! What `plan` prints: the preview's pods, the PodDisruptionBudgets that would block them right
-//! now, and the maintenances already covering the nodes, as tables or as one object.
+//! What `plan` prints: the preview's pods (those skipped and those waited for to complete with
+//! the label or rule that decides), the PodDisruptionBudgets that would block them right now, the
+//! maintenances already covering the nodes, the drain deadline the maintenance would have, and
+//! the pods `drain` and `rollout` refuse without `--force` or `--delete-emptydir-data`, as tables
+//! or as one object.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::api::{NodeMaintenance, Stage};
+use crate::api::{DrainBehavior, NodeMaintenance, Stage};
 use crate::cluster::CachedPod;
 use crate::controller::node_maintenance::gather::selects;
 
 use super::blockers::{Budget, blocking_budgets};
-use super::preview::{PlannedPod, Preview, entry_label};
+use super::deadline::planned_text;
+use super::maintenance::DrainDeadline;
+use super::planned::{PlannedPod, Preview, entry_label};
 use super::rollout::batches::RolloutPreview;
+use super::safety::{Unsafe, unsafe_pods};
 use super::status::table;
 
 /// A budget that refuses any disruption now, with the planned pods it protects.
@@ -54,12 +60,20 @@ pub struct PlanReport {
     pub blocking_budgets: Vec<BlockingBudget>,
     /// Maintenances already covering the nodes.
     pub maintenances: Vec<Covering>,
+    /// The drain deadline the maintenance would have (`--drain-deadline`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DrainDeadline>,
+    /// The pods `drain` and `rollout` refuse without `--force` (no controller recreates them) or
+    /// `--delete-emptydir-data` (emptyDir volumes), as `kubectl drain` does.
+    #[serde(skip_serializing_if = "Unsafe::is_empty")]
+    pub unsafe_pods: Unsafe,
     /// With `--max-unavailable`: the batches a rollout of these nodes would drain in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutPreview>,
 }
 
-/// Assembles the report. `pods` are the pods the preview was made from.
+/// Assembles the report. `pods` are the pods the preview was made from; `deadline` is the planned
+/// maintenance's.
 pub fn plan_report(
     preview: Preview,
     selected: &[String],
@@ -67,6 +81,7 @@ pub fn plan_report(
     budgets: &[Budget],
     maintenances: &[NodeMaintenance],
     nodes: &[Arc<Node>],
+    deadline: Option<DrainDeadline>,
 ) -> PlanReport {
     let mut blocking: Vec<BlockingBudget> = Vec::new();
     for planned in &preview.pods {
@@ -119,11 +134,41 @@ pub fn plan_report(
     PlanReport {
         nodes: selected.to_vec(),
         drain_plan: preview.plan.iter().map(entry_label).collect(),
+        unsafe_pods: unsafe_pods(&preview.pods, deadline),
         pods: preview.pods,
         blocking_budgets: blocking,
         maintenances: covering,
+        deadline,
         rollout: None,
     }
+}
+
+/// The NOTE column of a pod: why it stays, that the drain waits for it, the autoscaler raised
+/// first, unregistered interceptors, and what `drain` refuses it without.
+fn note(p: &PlannedPod, refused: &Unsafe) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match (&p.stays, p.behavior, &p.autoscaler) {
+        (Some(why), _, _) => parts.push(format!("stays: {why}; does not hold the drain")),
+        (None, DrainBehavior::WaitCompleted, _) => parts.push(format!(
+            "waited for to complete, not evicted ({})",
+            p.decided_by.as_deref().unwrap_or("pod rule")
+        )),
+        (None, _, Some(hpa)) => parts.push(format!(
+            "HorizontalPodAutoscaler {hpa} gets a higher minReplicas first"
+        )),
+        (None, _, None) => {}
+    }
+    if !p.unregistered.is_empty() {
+        parts.push(format!("not registered: {}", p.unregistered.join(",")));
+    }
+    let key = format!("{}/{}", p.namespace, p.name);
+    if refused.unmanaged.contains(&key) {
+        parts.push("no controller: drain needs --force".into());
+    }
+    if refused.local_data.contains(&key) {
+        parts.push("emptyDir: drain needs --delete-emptydir-data".into());
+    }
+    parts.join("; ")
 }
 
 /// The report as tables for people.
@@ -132,19 +177,7 @@ pub fn plan_text(r: &PlanReport) -> String {
         .pods
         .iter()
         .map(|p| {
-            let mut note = match (&p.stays, &p.autoscaler) {
-                (Some(why), _) => format!("stays: {why}; does not hold the drain"),
-                (None, Some(hpa)) => {
-                    format!("HorizontalPodAutoscaler {hpa} gets a higher minReplicas first")
-                }
-                (None, None) => String::new(),
-            };
-            if !p.unregistered.is_empty() {
-                if !note.is_empty() {
-                    note.push_str("; ");
-                }
-                note.push_str(&format!("not registered: {}", p.unregistered.join(",")));
-            }
+            let note = note(p, &r.unsafe_pods);
             vec![
                 p.step.map_or_else(|| "-".into(), |s| s.to_string()),
                 p.entry.clone(),
@@ -184,6 +217,17 @@ pub fn plan_text(r: &PlanReport) -> String {
             &rows,
         ));
         out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(&planned_text(r.deadline));
+    out.push('\n');
+    if !r.unsafe_pods.is_empty() {
+        out.push_str(
+            "\nkubectl evictord drain and rollout refuse these nodes, as kubectl drain does:\n",
+        );
+        for l in r.unsafe_pods.lines() {
+            out.push_str(&format!("  {l}\n"));
+        }
     }
     out.push_str("\nPodDisruptionBudgets that would block now:\n");
     if r.blocking_budgets.is_empty() {
@@ -226,7 +270,8 @@ pub fn plan_text(r: &PlanReport) -> String {
 mod tests {
     use super::*;
     use crate::plugin::fixtures::{node, pod, t};
-    use crate::plugin::preview::{maintenance_for, preview};
+    use crate::plugin::maintenance::maintenance_for;
+    use crate::plugin::preview::preview;
 
     #[test]
     fn report_names_blocking_budgets_and_covering_maintenances() {
@@ -250,6 +295,7 @@ mod tests {
             &nodes,
             &pods,
             &[],
+            &Default::default(),
             t(0),
         );
         let budgets = [
@@ -264,7 +310,7 @@ mod tests {
                 &serde_json::json!({"metadata": {"name": "free"}, "spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 1}}),
             ),
         ];
-        let r = plan_report(p, &selected, &pods, &budgets, &[other], &nodes);
+        let r = plan_report(p, &selected, &pods, &budgets, &[other], &nodes, None);
         assert_eq!(
             r.blocking_budgets,
             vec![BlockingBudget {
@@ -302,7 +348,15 @@ mod tests {
                 .build(),
             pod("ds").daemonset().build(),
         ];
-        let mut p = preview(&nm, &[], &[node("n1")], &pods, &[], t(0));
+        let mut p = preview(
+            &nm,
+            &[],
+            &[node("n1")],
+            &pods,
+            &[],
+            &Default::default(),
+            t(0),
+        );
         p.mark_unregistered(|n| {
             crate::api::Registration::of(
                 n,
@@ -334,8 +388,75 @@ mod tests {
                 .get("unregistered")
                 .is_none()
         );
-        let report = plan_report(p, &["n1".into()], &[], &[], &[], &[]);
+        let report = plan_report(p, &["n1".into()], &[], &[], &[], &[], None);
         let text = plan_text(&report);
         assert!(text.contains("not registered: typo.example.com"), "{text}");
+    }
+
+    /// SPEC 6.2: plan says which pods are skipped and which waited for (and what decides), which
+    /// `drain` refuses and the flag for each (a skipped pod is not refused; one waited for is,
+    /// under a Force deadline), and the deadline the maintenance would have.
+    #[test]
+    fn skipped_waited_for_refused_and_the_deadline() {
+        use crate::api::{DRAIN_LABEL, DeadlinePolicy};
+        use crate::plugin::maintenance::{DrainDeadline, with_deadline};
+        let deadline = DrainDeadline {
+            seconds: 1800,
+            policy: DeadlinePolicy::Force,
+        };
+        let nm = with_deadline(
+            maintenance_for("mine", &["n1".into()], &[], None, Stage::Drain),
+            Some(deadline),
+        );
+        let pods = vec![
+            pod("bare").build(),
+            pod("scratch").replicaset("web").empty_dir().build(),
+            pod("kept").label(DRAIN_LABEL, "skip").build(),
+            pod("job")
+                .replicaset("j")
+                .label(DRAIN_LABEL, "wait-completed")
+                .empty_dir()
+                .build(),
+        ];
+        let p = preview(
+            &nm,
+            &[],
+            &[node("n1")],
+            &pods,
+            &[],
+            &Default::default(),
+            t(0),
+        );
+        let r = plan_report(p, &["n1".into()], &pods, &[], &[], &[], Some(deadline));
+        assert_eq!(
+            r.unsafe_pods,
+            Unsafe {
+                unmanaged: vec!["ns/bare".into()],
+                local_data: vec!["ns/scratch".into(), "ns/job".into()],
+            }
+        );
+        let text = plan_text(&r);
+        for needle in [
+            "stays: skipped by label evictord.dev/drain=skip; does not hold the drain",
+            "waited for to complete, not evicted (label evictord.dev/drain=wait-completed); emptyDir: drain needs --delete-emptydir-data",
+            "no controller: drain needs --force",
+            "Drain deadline: 30m per node",
+            "kubectl evictord drain and rollout refuse these nodes, as kubectl drain does:\n  1 pod no controller recreates, gone for good once evicted (use --force to override): ns/bare\n  2 pods with emptyDir volumes, whose data is lost when they leave (use --delete-emptydir-data to override): ns/scratch, ns/job\n",
+        ] {
+            assert!(text.contains(needle), "{needle:?} in:\n{text}");
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["deadline"],
+            serde_json::json!({"seconds": 1800, "policy": "Force"})
+        );
+        assert_eq!(
+            json["unsafePods"]["unmanaged"],
+            serde_json::json!(["ns/bare"])
+        );
+        let none = plan_report(Preview::default(), &["n1".into()], &[], &[], &[], &[], None);
+        let json = serde_json::to_value(&none).unwrap();
+        assert!(json.get("deadline").is_none() && json.get("unsafePods").is_none());
+        assert!(plan_text(&none).contains("Drain deadline: none (--drain-deadline sets one)."));
     }
 }

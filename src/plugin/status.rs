@@ -116,7 +116,7 @@ mod tests {
     use super::*;
     use crate::api::{IMPERATIVE_INTERCEPTOR, Stage};
     use crate::plugin::fixtures::{request, t};
-    use crate::plugin::preview::maintenance_for;
+    use crate::plugin::maintenance::maintenance_for;
 
     #[test]
     fn maintenances_are_listed_by_name() {

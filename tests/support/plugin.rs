@@ -106,7 +106,8 @@ pub async fn log_shows(log: &std::path::Path, needle: &str) {
 }
 
 /// The drain scenario: on `node`, `plain` (priority 100), `annotated` (200, waits for
-/// [`INTERCEPTOR`]) and `guarded` (300, blocked by PodDisruptionBudget `guarded-pdb`).
+/// [`INTERCEPTOR`]) and `guarded` (300, blocked by PodDisruptionBudget `guarded-pdb`), each of a
+/// ReplicaSet (a drain refuses pods no controller recreates without `--force`).
 pub async fn scenario(client: &Client, ns: &str, node_name: &str) -> String {
     node(node_name).create(client).await;
     priority_class(client, "plugin-100", 100).await;
@@ -120,12 +121,14 @@ pub async fn scenario(client: &Client, ns: &str, node_name: &str) -> String {
         .await;
     let annotated = pod("annotated")
         .on_node(node_name)
+        .replicaset("data")
         .priority_class("plugin-200")
         .interceptors(&[INTERCEPTOR])
         .create(client, ns)
         .await;
     pod("guarded")
         .on_node(node_name)
+        .replicaset("guarded")
         .label("app", "guarded")
         .priority_class("plugin-300")
         .create(client, ns)

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use evictord::plugin::PLUGIN_REQUESTER;
+use evictord::api::DeadlinePolicy;
+use evictord::plugin::maintenance::DrainDeadline;
+use evictord::plugin::safety::Overrides;
+use evictord::plugin::{Error, PLUGIN_REQUESTER, Result};
 
 /// Declarative node drains with live progress, drain previews and eviction requests (evictord).
 #[derive(Parser, Debug)]
@@ -28,6 +31,10 @@ How it works:
      evictord admits the maintenances as the budget allows, oldest first (the nodes in the order
      of their names); the others wait and touch nothing. Other budgets over these nodes count too.
      `kubectl evictord plan NODE... --max-unavailable N` shows the batches first.
+     Before anything is created, nodes holding pods that no controller recreates, or pods with
+     emptyDir volumes, are refused as kubectl drain refuses them, naming the pods, unless --force
+     or --delete-emptydir-data is given (on a resume: the nodes whose maintenance is still to be
+     created). --drain-deadline and --deadline-policy go into each maintenance.
   2. Once a node's maintenance is Drained its step runs: --exec CMD runs `sh -c CMD` on this
      machine with EVICTORD_NODE set to the node's name, its output shown prefixed with [node].
      Without --exec there is no step (a drain and uncordon, or with --reboot a reboot done by
@@ -52,8 +59,9 @@ lost connection) and it carries on where the cluster is:
     the start, so write steps that can run twice; unless its process still runs on this machine
     (the rollout waits for it), or with --reboot the node booted again since (it counts as done).
 The same command means the same nodes (the same names, or the same -l selector: nodes it matches
-now that were not part of the rollout are not added) and the same --exec, --reboot and
---cordon-first (recorded on the budget); anything else is refused, naming the recorded values.
+now that were not part of the rollout are not added) and the same --exec, --reboot,
+--cordon-first, --drain-deadline and --deadline-policy (recorded on the budget); anything else is
+refused, naming the recorded values.
 --max-unavailable may change: the budget is updated. One process drives a rollout at a time.
 
 Stopping:
@@ -133,13 +141,80 @@ pub struct Nodes {
     pub priority_steps: Vec<i32>,
 }
 
+/// What a passed drain deadline does.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlinePolicyArg {
+    /// Condition DeadlineExceeded, an event and a metric; nothing else changes.
+    Report,
+    /// Also delete the node's remaining Default pods (those waited for included), whatever their
+    /// PodDisruptionBudgets say.
+    Force,
+}
+
+/// The drain deadline of the maintenances the command creates (SPEC 6.2).
+#[derive(Args, Debug, Clone, Default)]
+pub struct Deadline {
+    /// How long each node may take to drain (e.g. 30m; at least 1m), counted from the start of its
+    /// drain (the later of its admission and the Drain stage); written as
+    /// spec.drainDeadlineSeconds. None without it.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub drain_deadline: Option<Duration>,
+    /// What a passed deadline does (spec.deadlinePolicy; default report). Needs --drain-deadline.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub deadline_policy: Option<DeadlinePolicyArg>,
+}
+
+impl Deadline {
+    /// The deadline the flags ask for.
+    ///
+    /// # Errors
+    /// A usage error: a policy without a deadline, a deadline under a minute.
+    pub fn resolve(&self) -> Result<Option<DrainDeadline>> {
+        let policy = self.deadline_policy.map(|p| match p {
+            DeadlinePolicyArg::Report => DeadlinePolicy::Report,
+            DeadlinePolicyArg::Force => DeadlinePolicy::Force,
+        });
+        DrainDeadline::from_flags(self.drain_deadline, policy).map_err(Error::Usage)
+    }
+}
+
+/// The checks `kubectl drain` makes before it evicts anything, and their overrides.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct Safety {
+    /// Go on although pods that no controller recreates (no controller owner, not mirror pods)
+    /// are on the nodes: they are evicted and gone for good. As kubectl drain --force.
+    #[arg(long)]
+    pub force: bool,
+    /// Go on although pods with emptyDir volumes are on the nodes: their data is lost when they
+    /// leave. As kubectl drain --delete-emptydir-data.
+    #[arg(long)]
+    pub delete_emptydir_data: bool,
+}
+
+impl Safety {
+    /// The overrides as the refusal reads them.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            force: self.force,
+            delete_emptydir_data: self.delete_emptydir_data,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create a NodeMaintenance for the nodes, move it to Cordon and Drain, and show its
-    /// progress until Drained.
+    /// progress until Drained. Refuses, before creating anything, nodes with pods no controller
+    /// recreates (unless --force) or with emptyDir volumes (unless --delete-emptydir-data), as
+    /// kubectl drain does; DaemonSet and static pods, and pods the pod rules skip, are not
+    /// refused.
     Drain {
         #[command(flatten)]
         nodes: Nodes,
+        #[command(flatten)]
+        deadline: Deadline,
+        #[command(flatten)]
+        safety: Safety,
         /// Why (recorded in spec.reason).
         #[arg(long)]
         reason: Option<String>,
@@ -153,12 +228,16 @@ pub enum Command {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Preview a drain of the nodes: pods in the order they would leave, blocking
-    /// PodDisruptionBudgets, maintenances already there; with --max-unavailable, the batches a
-    /// rollout of these nodes would drain in. Writes nothing.
+    /// Preview a drain of the nodes: pods in the order they would leave (those the pod rules skip
+    /// or wait for, with the label or rule that decides), blocking PodDisruptionBudgets,
+    /// maintenances already there, the drain deadline, the pods drain refuses without --force or
+    /// --delete-emptydir-data; with --max-unavailable, the batches a rollout of these nodes would
+    /// drain in. Writes nothing.
     Plan {
         #[command(flatten)]
         nodes: Nodes,
+        #[command(flatten)]
+        deadline: Deadline,
         /// Also preview `rollout` of these nodes with this --max-unavailable: which nodes are
         /// drained together, the first batch first (the MaintenanceBudgets and maintenances
         /// already there count, as evictord's admission counts them).
@@ -203,6 +282,10 @@ pub enum Command {
         /// Why (recorded in each maintenance's spec.reason, with the rollout's name).
         #[arg(long)]
         reason: Option<String>,
+        #[command(flatten)]
+        deadline: Deadline,
+        #[command(flatten)]
+        safety: Safety,
     },
     /// Show the progress of a maintenance until Drained.
     Watch {

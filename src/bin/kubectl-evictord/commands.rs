@@ -12,11 +12,14 @@ use evictord::api::{NodeMaintenance, Stage};
 use evictord::drain::admission::{MaxUnavailable, QueueReason};
 use evictord::plugin::autoscalers::name_autoscalers;
 use evictord::plugin::errors::{Access, EXIT_INTERRUPTED, EXIT_TIMEOUT, api_error};
-use evictord::plugin::preview::{maintenance_for, maintenance_name, preview};
+use evictord::plugin::maintenance::{
+    DrainDeadline, maintenance_for, maintenance_name, with_deadline,
+};
 use evictord::plugin::report::{plan_report, plan_text};
 use evictord::plugin::rollout::batches::{rollout_preview, rollout_text, too_large};
 use evictord::plugin::rollout::record::max_unavailable_value;
 use evictord::plugin::rollout::summary::command_line;
+use evictord::plugin::safety::Overrides;
 use evictord::plugin::status::{
     MAINTENANCE_HEADER, REQUEST_HEADER, maintenance_rows, open_request_rows, table,
 };
@@ -25,6 +28,7 @@ use evictord::plugin::{Error, Result};
 use crate::cli::{Cli, Command, Nodes, Output};
 use crate::connect::connect;
 use crate::follow::{Outcome, follow, how_to_go_on, summary};
+use crate::preview_read::{preview_of, refuse_unsafe};
 use crate::rollout::rollout;
 use crate::rollout_state::RolloutArgs;
 use crate::show::print_object;
@@ -53,15 +57,38 @@ async fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Drain {
             nodes,
+            deadline,
+            safety,
             reason,
             timeout,
             dry_run,
             name,
-        } => drain(&client, &nodes, reason, timeout, dry_run, name, output).await,
+        } => {
+            let d = DrainArgs {
+                reason,
+                timeout,
+                dry_run,
+                name,
+                deadline: deadline.resolve()?,
+                overrides: safety.overrides(),
+            };
+            drain(&client, &nodes, d, output).await
+        }
         Command::Plan {
             nodes,
+            deadline,
             max_unavailable,
-        } => plan(&client, &nodes, max_unavailable.as_deref(), output).await,
+        } => {
+            let deadline = deadline.resolve()?;
+            plan(
+                &client,
+                &nodes,
+                max_unavailable.as_deref(),
+                deadline,
+                output,
+            )
+            .await
+        }
         Command::Rollout {
             name,
             nodes,
@@ -72,6 +99,8 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             cordon_first,
             timeout,
             reason,
+            deadline,
+            safety,
         } => {
             let args: Vec<String> = std::env::args().skip(1).collect();
             let a = RolloutArgs {
@@ -84,6 +113,8 @@ async fn dispatch(cli: Cli) -> Result<i32> {
                 cordon_first,
                 timeout,
                 reason,
+                deadline: deadline.resolve()?,
+                overrides: safety.overrides(),
                 command: command_line(&args),
             };
             rollout(&client, a, output).await
@@ -121,44 +152,11 @@ async fn resolve(client: &Client, nodes: &Nodes) -> Result<Vec<String>> {
     }
 }
 
-/// The preview of a maintenance, with what it was computed from.
-async fn preview_of(
-    client: &Client,
-    planned: &NodeMaintenance,
-    selected: &[String],
-) -> Result<(evictord::plugin::preview::Preview, Context)> {
-    let nodes = read::all_nodes(client).await?;
-    let pods = read::pods_on(client, selected).await?;
-    let maintenances = read::maintenances(client).await?;
-    let requests = read::requests(client).await?;
-    let p = preview(
-        planned,
-        &maintenances,
-        &nodes,
-        &pods,
-        &requests,
-        Timestamp::now(),
-    );
-    Ok((
-        p,
-        Context {
-            nodes,
-            pods,
-            maintenances,
-        },
-    ))
-}
-
-struct Context {
-    nodes: Vec<std::sync::Arc<k8s_openapi::api::core::v1::Node>>,
-    pods: Vec<evictord::cluster::CachedPod>,
-    maintenances: Vec<NodeMaintenance>,
-}
-
 async fn plan(
     client: &Client,
     nodes: &Nodes,
     max_unavailable: Option<&str>,
+    deadline: Option<DrainDeadline>,
     output: Option<Output>,
 ) -> Result<i32> {
     let max = max_unavailable
@@ -170,12 +168,15 @@ async fn plan(
         })
         .transpose()?;
     let selected = resolve(client, nodes).await?;
-    let planned = maintenance_for(
-        "(preview)",
-        &selected,
-        &nodes.priority_steps,
-        None,
-        Stage::Drain,
+    let planned = with_deadline(
+        maintenance_for(
+            "(preview)",
+            &selected,
+            &nodes.priority_steps,
+            None,
+            Stage::Drain,
+        ),
+        deadline,
     );
     let (mut p, ctx) = preview_of(client, &planned, &selected).await?;
     if let Some(registered) = read::registered_interceptors(client).await {
@@ -194,6 +195,7 @@ async fn plan(
         &budgets,
         &ctx.maintenances,
         &ctx.nodes,
+        deadline,
     );
     if let Some(max) = &max {
         let maintenance_budgets = read::maintenance_budgets(client).await?;
@@ -220,24 +222,41 @@ async fn plan(
     Ok(0)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn drain(
-    client: &Client,
-    nodes: &Nodes,
+/// `drain`'s options besides its nodes.
+struct DrainArgs {
     reason: Option<String>,
     timeout: Option<Duration>,
     dry_run: bool,
     name: Option<String>,
+    deadline: Option<DrainDeadline>,
+    overrides: Overrides,
+}
+
+async fn drain(
+    client: &Client,
+    nodes: &Nodes,
+    d: DrainArgs,
     output: Option<Output>,
 ) -> Result<i32> {
+    let DrainArgs {
+        reason,
+        timeout,
+        dry_run,
+        name,
+        deadline,
+        overrides,
+    } = d;
     let selected = resolve(client, nodes).await?;
     let name = name.unwrap_or_else(|| maintenance_name(&selected, Timestamp::now()));
-    let nm = maintenance_for(
-        &name,
-        &selected,
-        &nodes.priority_steps,
-        reason.as_deref(),
-        Stage::Cordon,
+    let nm = with_deadline(
+        maintenance_for(
+            &name,
+            &selected,
+            &nodes.priority_steps,
+            reason.as_deref(),
+            Stage::Cordon,
+        ),
+        deadline,
     );
     let (p, ctx) = preview_of(client, &nm, &selected).await?;
     let maintenance_budgets = read::maintenance_budgets(client).await?;
@@ -259,6 +278,8 @@ async fn drain(
             },
         });
     }
+    // kubectl drain's checks, before anything is written (SPEC 6.2); a dry run says it too.
+    refuse_unsafe(&p, deadline, overrides)?;
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     let access = || Access::new("create", "nodemaintenances.evictord.dev").named(&name);
     if dry_run {

@@ -39,6 +39,7 @@ async fn read_frame(
     let pods = read::pods_on(client, &selected).await?;
     let requests = read::requests(client).await?;
     let budgets = read::budgets(client, &pods).await?;
+    let namespaces = read::namespace_labels(client, &maintenances).await?;
     Ok(frame(
         &FrameInput {
             maintenance: &nm,
@@ -47,6 +48,7 @@ async fn read_frame(
             pods: &pods,
             requests: &requests,
             budgets: &budgets,
+            namespaces: &namespaces,
             now: Timestamp::now(),
         },
         to_evict,

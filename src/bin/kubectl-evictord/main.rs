@@ -4,15 +4,17 @@
 //! `cargo install --path . --bin kubectl-evictord`; kubectl finds it on PATH.
 //!
 //! Exit codes: 0 done (drained, evicted, written, rolled); 1 the command failed (a rollout's
-//! step failed); 2 set-up or usage (kubeconfig, CRDs missing, bad arguments, a rollout resumed
-//! with other nodes or options); 3 timed out (the maintenance, request or rollout goes on); 130
-//! interrupted by Ctrl-C (nothing was undone).
+//! step failed; a drain or rollout refused before writing anything: `TooLarge`, or pods
+//! `kubectl drain` would refuse); 2 set-up or usage (kubeconfig, CRDs missing, bad arguments, a
+//! rollout resumed with other nodes or options); 3 timed out (the maintenance, request or
+//! rollout goes on); 130 interrupted by Ctrl-C (nothing was undone).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod commands;
 mod connect;
 mod follow;
+mod preview_read;
 mod read;
 mod requests;
 mod rollout;

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
@@ -16,6 +16,7 @@ use evictord::interceptor::hpa::record::AutoscalerFacts;
 use evictord::interceptor::hpa::target::controller_of;
 use evictord::plugin::autoscalers::{NamespacedAutoscaler, ReplicaSetOwner};
 use evictord::plugin::blockers::Budget;
+use evictord::plugin::drain_rules::{NamespaceLabels, reads_namespaces};
 use evictord::plugin::errors::{Access, api_error};
 use evictord::plugin::{Error, Result};
 
@@ -99,6 +100,27 @@ pub async fn registered_interceptors(client: &Client) -> Option<BTreeSet<String>
             .filter_map(|i| i.metadata.name)
             .collect(),
     )
+}
+
+/// The namespaces' labels, read only when a rule of these maintenances selects namespaces by
+/// their labels (so that a person who may not list namespaces is not refused for nothing).
+pub async fn namespace_labels<'a>(
+    client: &Client,
+    maintenances: impl IntoIterator<Item = &'a NodeMaintenance>,
+) -> Result<NamespaceLabels> {
+    if !reads_namespaces(maintenances) {
+        return Ok(NamespaceLabels::new());
+    }
+    let api: Api<Namespace> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(Access::new("list", "namespaces"), e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect())
 }
 
 /// Every NodeMaintenance.

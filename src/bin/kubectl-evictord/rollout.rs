@@ -14,7 +14,7 @@ use kube::Client;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use evictord::api::MaintenanceBudget;
+use evictord::api::NodeMaintenance;
 use evictord::drain::admission::MaxUnavailable;
 use evictord::plugin::rollout::driver::{Driver, RENEW_EVERY};
 use evictord::plugin::rollout::naming::{
@@ -25,15 +25,16 @@ use evictord::plugin::rollout::record::{
     Recorded, Requested, RolloutOptions, max_unavailable_value, resume_check,
 };
 use evictord::plugin::rollout::step::{Exit, StepRecord, StepState, finish, start};
-use evictord::plugin::rollout::summary::{Failure, Outcome, RolloutSummary, headline};
+use evictord::plugin::rollout::summary::{Failure, Outcome, RolloutSummary};
 use evictord::plugin::{Error, Result};
 
 use crate::cli::Output;
+use crate::preview_read::check_rollout_nodes;
 use crate::read;
 use crate::rollout_end::{Ending, Stop, end};
 use crate::rollout_state::{RolloutArgs, Running, Snapshot, phases_of, snapshot};
 use crate::rollout_step::{StepEvent, alive, host_name, spawn};
-use crate::rollout_view::View;
+use crate::rollout_view::{View, draw};
 use crate::rollout_writes as w;
 use crate::show::print_object;
 
@@ -104,6 +105,7 @@ async fn set_up(
             };
             let r = resume_check(name, &recorded, &requested)
                 .map_err(|e| Error::Rollout(format!("{e}\n  {stop_hint}")))?;
+            check_unstarted(client, a, &r.nodes, &mine).await?;
             if let Some(m) = &r.new_max_unavailable {
                 w::set_max_unavailable(client, name, m).await?;
             }
@@ -136,6 +138,7 @@ async fn set_up(
                     missing.join(", ")
                 )));
             }
+            check_unstarted(client, a, &nodes, &mine).await?;
             w::create_budget(client, &budget_for(name, &nodes, max, options)).await?;
             let notes = vec![format!(
                 "MaintenanceBudget {name} was missing (deleted?); created it again from this command, whose options could not be compared with the earlier run's"
@@ -144,6 +147,7 @@ async fn set_up(
         }
         None => {
             let nodes = requested_nodes(client, a, false).await?;
+            check_unstarted(client, a, &nodes, &mine).await?;
             w::create_budget(client, &budget_for(name, &nodes, max, options)).await?;
             let allowed = MaxUnavailable::parse(Some(max))
                 .map(|m| m.allowed(nodes.len()))
@@ -157,6 +161,23 @@ async fn set_up(
     }
 }
 
+/// kubectl drain's checks (SPEC 6.2) of the rollout's nodes whose maintenance is still to be
+/// created, before anything is written.
+async fn check_unstarted(
+    client: &Client,
+    a: &RolloutArgs,
+    nodes: &[String],
+    mine: &[NodeMaintenance],
+) -> Result<()> {
+    let started: Vec<String> = mine.iter().filter_map(node_of).collect();
+    let to_create: Vec<String> = nodes
+        .iter()
+        .filter(|n| !started.contains(n))
+        .cloned()
+        .collect();
+    check_rollout_nodes(client, &to_create, a.deadline, a.overrides).await
+}
+
 /// Runs the command; returns the exit code.
 pub async fn rollout(client: &Client, a: RolloutArgs, output: Option<Output>) -> Result<i32> {
     validate_rollout_name(&a.name).map_err(Error::Usage)?;
@@ -168,6 +189,7 @@ pub async fn rollout(client: &Client, a: RolloutArgs, output: Option<Output>) ->
         exec: a.exec.clone(),
         reboot: a.reboot,
         cordon_first: a.cordon_first,
+        drain_deadline: a.deadline,
     };
     let Some((nodes, notes)) = set_up(client, &a, &max, &options).await? else {
         let message = format!(
@@ -403,42 +425,6 @@ fn keys(running: &Running) -> String {
     running.keys().cloned().collect::<Vec<_>>().join(", ")
 }
 
-/// The budget's line for the headline.
-fn budget_line(name: &str, b: Option<&MaintenanceBudget>) -> String {
-    match b.and_then(|b| b.status.as_ref()) {
-        Some(st) => format!(
-            "MaintenanceBudget {name}: {}/{} unavailable{}",
-            st.current_unavailable,
-            st.allowed_unavailable,
-            if st.queued_count > 0 {
-                format!(", {} queued", st.queued_count)
-            } else {
-                String::new()
-            }
-        ),
-        None => format!("MaintenanceBudget {name}: no status from evictord yet"),
-    }
-}
-
-fn draw(view: &mut View, name: &str, s: &Snapshot, phases: &BTreeMap<String, Phase>, reboot: bool) {
-    let refs: Vec<&Phase> = phases.values().collect();
-    let line = format!(
-        "{}; {}",
-        headline(name, &refs),
-        budget_line(name, s.budget.as_ref())
-    );
-    let now = Timestamp::now();
-    let live: Vec<(String, String)> = phases
-        .iter()
-        .map(|(n, p)| (n.clone(), p.text(reboot, Some(now))))
-        .collect();
-    let plain: Vec<(String, String)> = phases
-        .iter()
-        .map(|(n, p)| (n.clone(), p.text(reboot, None)))
-        .collect();
-    view.frame(&line, &live, &plain);
-}
-
 fn boot_id(node: Option<&Node>) -> Option<String> {
     node?
         .status
@@ -463,7 +449,7 @@ async fn act_on(
     let name = &a.name;
     match act {
         Action::Create => {
-            let m = w::create_maintenance(client, name, n, a.reason.as_deref()).await?;
+            let m = w::create_maintenance(client, name, n, a.reason.as_deref(), a.deadline).await?;
             view.say(&format!("node {n}: maintenance {m} created (stage Drain)"));
         }
         Action::Complete => {

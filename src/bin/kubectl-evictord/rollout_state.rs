@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Client;
 
 use evictord::api::{MaintenanceBudget, NodeMaintenance};
+use evictord::plugin::maintenance::DrainDeadline;
 use evictord::plugin::rollout::naming::{maintenance_name, node_of};
 use evictord::plugin::rollout::phase::{NodeView, Phase, phase};
 use evictord::plugin::rollout::record::int_or_string;
@@ -45,6 +46,10 @@ pub struct RolloutArgs {
     pub timeout: Option<Duration>,
     /// `--reason`.
     pub reason: Option<String>,
+    /// `--drain-deadline` and `--deadline-policy`.
+    pub deadline: Option<DrainDeadline>,
+    /// `--force` and `--delete-emptydir-data`.
+    pub overrides: evictord::plugin::safety::Overrides,
     /// The command line, to say how to resume.
     pub command: String,
 }

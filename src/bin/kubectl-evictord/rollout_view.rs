@@ -1,5 +1,6 @@
 //! Drawing a rollout: on a terminal a spinner line for the rollout and one per node (its phase,
-//! cut to the terminal's width), with the steps' output and the rollout's messages printed above
+//! with a draining node's drain deadline and the controller's message, cut to the terminal's
+//! width), with the steps' output and the rollout's messages printed above
 //! them; otherwise plain lines, one per change. With `-o json|yaml` the lines go to standard error, so that standard output
 //! carries only the summary.
 
@@ -8,7 +9,13 @@ use std::time::Duration;
 
 use console::style;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jiff::Timestamp;
 
+use evictord::api::MaintenanceBudget;
+use evictord::plugin::rollout::phase::Phase;
+use evictord::plugin::rollout::summary::headline;
+
+use crate::rollout_state::Snapshot;
 use crate::show::is_terminal;
 
 /// How the rollout is drawn.
@@ -147,4 +154,47 @@ impl View {
             };
         }
     }
+}
+
+/// The budget's line for the headline.
+fn budget_line(name: &str, b: Option<&MaintenanceBudget>) -> String {
+    match b.and_then(|b| b.status.as_ref()) {
+        Some(st) => format!(
+            "MaintenanceBudget {name}: {}/{} unavailable{}",
+            st.current_unavailable,
+            st.allowed_unavailable,
+            if st.queued_count > 0 {
+                format!(", {} queued", st.queued_count)
+            } else {
+                String::new()
+            }
+        ),
+        None => format!("MaintenanceBudget {name}: no status from evictord yet"),
+    }
+}
+
+/// Draws the rollout's state: its headline (with its budget's count) and each node's phase.
+pub fn draw(
+    view: &mut View,
+    name: &str,
+    s: &Snapshot,
+    phases: &BTreeMap<String, Phase>,
+    reboot: bool,
+) {
+    let refs: Vec<&Phase> = phases.values().collect();
+    let line = format!(
+        "{}; {}",
+        headline(name, &refs),
+        budget_line(name, s.budget.as_ref())
+    );
+    let now = Timestamp::now();
+    let live: Vec<(String, String)> = phases
+        .iter()
+        .map(|(n, p)| (n.clone(), p.text(reboot, Some(now))))
+        .collect();
+    let plain: Vec<(String, String)> = phases
+        .iter()
+        .map(|(n, p)| (n.clone(), p.text(reboot, None)))
+        .collect();
+    view.frame(&line, &live, &plain);
 }

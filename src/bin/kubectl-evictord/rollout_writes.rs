@@ -16,6 +16,7 @@ use evictord::api::{MaintenanceBudget, NodeMaintenance, ROLLOUT_STEP_ANNOTATION,
 use evictord::controller::node_maintenance::cordon::{cordon, restore};
 use evictord::drain::holds::holders;
 use evictord::plugin::errors::{Access, api_error};
+use evictord::plugin::maintenance::{DrainDeadline, with_deadline};
 use evictord::plugin::rollout::driver::{Driver, ROLLOUT_DRIVER_ANNOTATION, may_drive};
 use evictord::plugin::rollout::naming::{is_of, label_selector, maintenance_of};
 use evictord::plugin::rollout::step::StepRecord;
@@ -161,15 +162,16 @@ pub async fn wait_observed(client: &Client, name: &str, within: Duration) -> Res
     }
 }
 
-/// Creates the rollout's maintenance of `node`. A maintenance of that name that is not the
-/// rollout's is an error.
+/// Creates the rollout's maintenance of `node`, with the drain deadline if one is given. A
+/// maintenance of that name that is not the rollout's is an error.
 pub async fn create_maintenance(
     client: &Client,
     rollout: &str,
     node: &str,
     reason: Option<&str>,
+    deadline: Option<DrainDeadline>,
 ) -> Result<String> {
-    let nm = maintenance_of(rollout, node, reason);
+    let nm = with_deadline(maintenance_of(rollout, node, reason), deadline);
     let name = nm.metadata.name.clone().unwrap_or_default();
     match maintenances(client)
         .create(&PostParams::default(), &nm)

@@ -1,5 +1,6 @@
-//! Drawing: progress bars on a terminal (indicatif), plain lines otherwise, objects as json or
-//! yaml.
+//! Drawing: progress bars on a terminal (indicatif) with, under each node's bar, its drain
+//! deadline, the pods skipped and waited for, and the pods holding it up; plain lines otherwise;
+//! objects as json or yaml.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
@@ -8,7 +9,7 @@ use console::style;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use evictord::plugin::progress::{Frame, new_lines, plain_lines};
+use evictord::plugin::progress::{Frame, WAITING_TEXT, new_lines, plain_lines, skipped_text};
 use evictord::plugin::{Error, Result};
 
 use crate::cli::Output;
@@ -77,11 +78,30 @@ impl Display {
                     bar.set_length(n.total);
                     bar.set_position(n.evicted);
                     bar.set_message(n.note.clone().unwrap_or_default());
-                    let text: Vec<String> = n
-                        .pods
-                        .iter()
-                        .map(|p| format!("  {} {}: {}", style("•").yellow(), p.pod, p.holdup.text))
-                        .collect();
+                    let mut text: Vec<String> = Vec::new();
+                    if let Some(d) = &n.deadline {
+                        let line = d.text(Some(frame.at));
+                        text.push(if d.exceeded {
+                            format!("  {} {}", style("•").red(), style(line).red())
+                        } else {
+                            format!("  {} {line}", style("•").cyan())
+                        });
+                    }
+                    if !n.skipped.is_empty() {
+                        text.push(format!(
+                            "  {} {}",
+                            style("-").dim(),
+                            skipped_text(&n.skipped)
+                        ));
+                    }
+                    text.extend(
+                        n.waiting
+                            .iter()
+                            .map(|p| format!("  {} {p}: {WAITING_TEXT}", style("…").cyan())),
+                    );
+                    text.extend(n.pods.iter().map(|p| {
+                        format!("  {} {}: {}", style("•").yellow(), p.pod, p.holdup.text)
+                    }));
                     lines.set_message(text.join("\n"));
                 }
             }

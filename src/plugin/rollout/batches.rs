@@ -257,7 +257,7 @@ mod tests {
         AdmittedNode, MaintenanceBudgetSpec, MaintenanceWindow, NodeMaintenanceAdmission,
         NodeMaintenanceStatus, Stage,
     };
-    use crate::plugin::preview::maintenance_for;
+    use crate::plugin::maintenance::maintenance_for;
     use k8s_openapi::api::core::v1::{
         NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeStatus,
     };

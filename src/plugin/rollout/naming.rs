@@ -10,7 +10,7 @@ use crate::api::{
     MAX_REASON_CHARS, MaintenanceBudget, MaintenanceBudgetSpec, NodeMaintenance, ROLLOUT_LABEL,
     Stage,
 };
-use crate::plugin::preview::maintenance_for;
+use crate::plugin::maintenance::maintenance_for;
 
 use super::record::{ROLLOUT_OPTIONS_ANNOTATION, RolloutOptions};
 

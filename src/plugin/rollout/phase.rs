@@ -4,7 +4,9 @@
 //!
 //! Whether a maintenance is admitted and drained is what evictord wrote in its status
 //! (`status.admission`, `Admitted`, `Drained`); which budget holds a queued one is the message of
-//! its `Admitted` condition: the plugin shows the controller's own words.
+//! its `Admitted` condition, what a draining node waits for (and skips) its `drainMessage`, and
+//! its drain deadline the one recorded in its node status: the plugin shows the controller's own
+//! words.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
@@ -14,6 +16,7 @@ use crate::controller::node_maintenance::cordon::unschedulable_before;
 use crate::controller::node_maintenance::gather::is_ready;
 use crate::drain::holds::is_deleting;
 use crate::plugin::blockers::{human, since};
+use crate::plugin::deadline::NodeDeadline;
 
 use super::step::{Found, StepRecord, StepState, found, is_back};
 
@@ -50,6 +53,8 @@ pub enum Phase {
         evacuating: i32,
         /// The node's `drainMessage`.
         message: String,
+        /// The node's drain deadline, once recorded (SPEC 6.2).
+        deadline: Option<NodeDeadline>,
     },
     /// Drained: its step is to start (again, after an interruption: how it was interrupted).
     StepDue(Option<String>),
@@ -163,6 +168,7 @@ pub fn phase(v: &NodeView<'_>, reboot: bool, alive: impl Fn(Option<&str>, u32) -
             pending: s.map_or(0, |s| s.pods_pending_evacuation),
             evacuating: s.map_or(0, |s| s.pods_evacuating),
             message: s.map(|s| s.drain_message.clone()).unwrap_or_default(),
+            deadline: s.and_then(|s| NodeDeadline::of(s, &nm.spec)),
         };
     }
     match found(v.record, reboot, boot, |_, _| false) {
@@ -227,11 +233,16 @@ impl Phase {
                 pending,
                 evacuating,
                 message,
+                deadline,
             } => {
                 let mut t = format!(
                     "draining: {evacuating} pod{} evacuating, {pending} pending",
                     plural(*evacuating)
                 );
+                // Before the message, which the live view may cut to the terminal's width.
+                if let Some(d) = deadline {
+                    t.push_str(&format!("; {}", d.text(now)));
+                }
                 if !message.is_empty() {
                     t.push_str(&format!(" ({message})"));
                 }
@@ -389,7 +400,7 @@ mod tests {
     #[case::no_maintenance(None, Some(node(true, "boot-1", false)), None, None, Phase::Pending)]
     #[case::node_gone_before(None, None, None, None, Phase::Gone { held: false })]
     #[case::queued(Some(M::Queued), Some(node(true, "boot-1", false)), None, None, Phase::Queued("Queued: budget up is full".into()))]
-    #[case::draining(Some(M::Draining), Some(node(true, "boot-1", true)), None, None, Phase::Draining { pending: 2, evacuating: 1, message: "Evacuating".into() })]
+    #[case::draining(Some(M::Draining), Some(node(true, "boot-1", true)), None, None, Phase::Draining { pending: 2, evacuating: 1, message: "Evacuating".into(), deadline: None })]
     #[case::drained(
         Some(M::Drained),
         Some(node(true, "boot-1", true)),
@@ -532,5 +543,45 @@ mod tests {
     #[case::stopping_completes_nothing(Phase::CompleteDue, true, None)]
     fn actions(#[case] p: Phase, #[case] stopping: bool, #[case] want: Option<Action>) {
         assert_eq!(action(&p, stopping), want);
+    }
+
+    /// SPEC 6.2: a draining node's deadline, as recorded: the time left on a terminal, words that
+    /// change only when it passes in plain lines; the controller's message says what is skipped
+    /// or waited for.
+    #[test]
+    fn a_draining_node_shows_its_deadline() {
+        let mut nm = maintenance(M::Draining);
+        nm.spec.drain_deadline_seconds = Some(600);
+        let st = &mut nm.status.as_mut().unwrap().node_statuses[0];
+        st.deadline_time = Some(Time(t(240)));
+        st.drain_message = "Evacuating; 1 pod skipped: ns/kept".into();
+        let n = node(true, "boot-1", true);
+        let v = NodeView {
+            node: "n1",
+            object: Some(&n),
+            maintenance: Some(&nm),
+            record: None,
+            running_here: None,
+        };
+        let p = phase(&v, false, |_, _| false);
+        assert_eq!(
+            p.text(false, Some(t(0))),
+            "draining: 1 pod evacuating, 2 pending; drain deadline in 4 m, then reported (Evacuating; 1 pod skipped: ns/kept)"
+        );
+        assert_eq!(
+            p.text(false, None),
+            "draining: 1 pod evacuating, 2 pending; drain deadline 2027-01-15T08:04:00Z, then reported (Evacuating; 1 pod skipped: ns/kept)"
+        );
+        let mut passed = nm.clone();
+        passed.status.as_mut().unwrap().node_statuses[0].deadline_exceeded = true;
+        let v = NodeView {
+            maintenance: Some(&passed),
+            ..v
+        };
+        assert!(
+            phase(&v, false, |_, _| false)
+                .text(false, Some(t(300)))
+                .contains("drain deadline exceeded 1 m ago: reported, nothing forced"),
+        );
     }
 }

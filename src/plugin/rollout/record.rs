@@ -1,12 +1,14 @@
 //! What a rollout records of the command that started it, and whether the same command may
-//! resume it: the options (`--exec`, `--reboot`, `--cordon-first`, `-l`) are recorded on its
-//! budget (annotation `evictord.dev/rollout-options`), its nodes are the budget's selector.
+//! resume it: the options (`--exec`, `--reboot`, `--cordon-first`, `-l`, `--drain-deadline` and
+//! `--deadline-policy`) are recorded on its budget (annotation `evictord.dev/rollout-options`),
+//! its nodes are the budget's selector.
 //!
 //! Resume rules ([`resume_check`]):
 //! - the nodes must be the rollout's: the same names, or the same `-l` selector (which may match
 //!   other nodes by now: the rollout keeps its own and says so);
-//! - `--exec`, `--reboot` and `--cordon-first` must be the recorded ones: half a pool stepped one
-//!   way and half another would surprise; the refusal names the recorded values;
+//! - `--exec`, `--reboot`, `--cordon-first` and the drain deadline must be the recorded ones: half
+//!   a pool stepped (or drained) one way and half another would surprise; the refusal names the
+//!   recorded values;
 //! - `--max-unavailable` may change: the budget is updated, and the change is said.
 
 use std::collections::BTreeSet;
@@ -15,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 
 use crate::api::MaintenanceBudget;
+use crate::plugin::maintenance::DrainDeadline;
 
 use super::naming::named_nodes;
 
@@ -37,6 +40,10 @@ pub struct RolloutOptions {
     /// `--cordon-first`: every node cordoned at the start.
     #[serde(default)]
     pub cordon_first: bool,
+    /// `--drain-deadline` and `--deadline-policy` (SPEC 6.2), written into each maintenance.
+    /// Absent in the records of rollouts started before the flags existed: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_deadline: Option<DrainDeadline>,
 }
 
 /// What the cluster holds of a rollout, read from its budget.
@@ -166,6 +173,14 @@ fn option_flags(
         was.push(flag(recorded.cordon_first, "cordon-first"));
         now.push(flag(requested.cordon_first, "cordon-first"));
     }
+    if recorded.drain_deadline != requested.drain_deadline {
+        let deadline = |d: &Option<DrainDeadline>| match d {
+            Some(d) => d.flags(),
+            None => "no --drain-deadline".into(),
+        };
+        was.push(deadline(&recorded.drain_deadline));
+        now.push(deadline(&requested.drain_deadline));
+    }
     (was, now)
 }
 
@@ -273,6 +288,17 @@ mod tests {
             exec: exec.map(str::to_string),
             reboot,
             cordon_first: false,
+            drain_deadline: None,
+        }
+    }
+
+    fn deadline(o: RolloutOptions, seconds: Option<i64>) -> RolloutOptions {
+        RolloutOptions {
+            drain_deadline: seconds.map(|seconds| DrainDeadline {
+                seconds,
+                policy: crate::api::DeadlinePolicy::Report,
+            }),
+            ..o
         }
     }
 
@@ -333,6 +359,21 @@ mod tests {
         requested(&["a"], options(None, None, false), IntOrString::Int(2)),
         Err("started with --exec \"upgrade.sh\", --reboot, not no --exec, no --reboot")
     )]
+    #[case::same_deadline(
+        recorded(&["a"], deadline(options(None, None, false), Some(600)), 1),
+        requested(&["a"], deadline(options(None, None, false), Some(600)), IntOrString::Int(1)),
+        Ok(0)
+    )]
+    #[case::other_deadline(
+        recorded(&["a"], deadline(options(None, None, false), Some(600)), 1),
+        requested(&["a"], deadline(options(None, None, false), Some(1200)), IntOrString::Int(1)),
+        Err("started with --drain-deadline 10m --deadline-policy report, not --drain-deadline 20m --deadline-policy report")
+    )]
+    #[case::deadline_dropped(
+        recorded(&["a"], deadline(options(None, None, false), Some(600)), 1),
+        requested(&["a"], options(None, None, false), IntOrString::Int(1)),
+        Err("not no --drain-deadline")
+    )]
     fn resume_rules(
         #[case] recorded: Recorded,
         #[case] requested: Requested,
@@ -367,6 +408,19 @@ mod tests {
                 "the selector \"pool=a\" matches other nodes than when rollout up started; the rollout keeps its nodes (a, b); not part of it: c (roll them with another rollout); no longer matched: a",
                 "MaintenanceBudget up: maxUnavailable 2 -> 3 (as this command asks)"
             ]
+        );
+    }
+
+    /// A record written before the deadline flags existed reads as no deadline.
+    #[test]
+    fn an_older_record_has_no_deadline() {
+        let old: RolloutOptions =
+            serde_json::from_str(r#"{"exec":"x","reboot":false,"cordonFirst":false}"#).unwrap();
+        assert_eq!(old.drain_deadline, None);
+        let new = deadline(options(None, None, false), Some(600));
+        assert_eq!(
+            serde_json::to_string(&new).unwrap(),
+            r#"{"reboot":false,"cordonFirst":false,"drainDeadline":{"seconds":600,"policy":"Report"}}"#
         );
     }
 

@@ -272,6 +272,7 @@ mod tests {
                 pending: 0,
                 evacuating: 1,
                 message: String::new(),
+                deadline: None,
             },
             Phase::StepRunning(jiff::Timestamp::UNIX_EPOCH),
             Phase::WaitingBack,
