@@ -93,6 +93,12 @@ pub struct RuleArgs {
     /// service account token's subject, or the client certificate's common name).
     #[arg(long, env = "EVICTORD_OWN_USER")]
     pub own_user: Option<String>,
+    /// How long the `endpoints.evictord.dev` interceptor keeps a pod out of every ready endpoint
+    /// of its Services before it lets the eviction go on, for a pod without a valid
+    /// `evictord.dev/deregistration-delay` annotation (at most 1h): the time your load balancers
+    /// take to deregister a target.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub deregistration_delay: Duration,
 }
 
 impl RuleArgs {
@@ -111,6 +117,7 @@ impl RuleArgs {
             interceptor_registration: self.interceptor_registration,
             unregistered_interceptor_grace: self.unregistered_interceptor_grace,
             own_user: self.own_user.clone().filter(|u| !u.is_empty()),
+            deregistration_delay: self.deregistration_delay,
             ..Default::default()
         }
     }
@@ -199,6 +206,22 @@ pub struct ServeArgs {
     /// restored at Complete.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub exclude_from_external_load_balancers: bool,
+    /// Run the `endpoints.evictord.dev` interceptor with the controllers (take a pod out of its
+    /// Services' ready endpoints, wait until it is out and for its deregistration delay, then let
+    /// the eviction go on), and have the pod webhook add the `evictord.dev/serving` readiness gate
+    /// to the pods that declare it (rule P9).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub endpoints_interceptor: bool,
+    /// How long the `endpoints.evictord.dev` interceptor waits for a pod it made unready to leave
+    /// the ready endpoints of every Service that selects it, before it goes on with the delay
+    /// anyway (a Warning event names the Services).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub endpoints_wait_timeout: Duration,
+    /// How long after `endpoints.evictord.dev` completed an eviction may still be refused before
+    /// the pod is given back to its Services (`evictord.dev/serving` set `True` again, on every
+    /// replica).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub serving_restore_after: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

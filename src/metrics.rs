@@ -107,6 +107,10 @@ pub const EVICTION_API_OUTCOMES: &[&str] = &[
 pub const SURGE_RESULTS: &[&str] = &["started", "finished", "undone", "abandoned", "skipped"];
 /// The `result` values of `evictord_daemonset_interceptor_pods`.
 pub const DAEMONSET_RESULTS: &[&str] = &["removed", "kept", "not_targeted", "not_daemonset"];
+/// The `result` values of `evictord_endpoints_interceptor_pods` (SPEC 6.4).
+pub const ENDPOINTS_RESULTS: &[&str] = &["left", "timed_out", "ungated", "pod_gone"];
+/// The `result` values of `evictord_serving_gate_writes` (SPEC 6.4).
+pub const SERVING_GATE_RESULTS: &[&str] = &["serving", "canceled", "refused"];
 /// The `result` values of `evictord_node_agent_moves`.
 pub const NODE_AGENT_MOVE_RESULTS: &[&str] = &["held", "restored"];
 /// The `controller` values of the reconcile metrics.
@@ -186,6 +190,17 @@ pub struct Metrics {
     pub deadlines_exceeded: Counter,
     /// Pods deleted because their node's drain deadline passed under `deadlinePolicy: Force`.
     pub forced_pods: Counter,
+    /// Pods the `endpoints.evictord.dev` interceptor handled, by how they left their endpoints:
+    /// `left` (seen out of every ready endpoint), `timed_out` (still listed after
+    /// `--endpoints-wait-timeout`), `ungated` (no readiness gate: the delay only), `pod_gone`.
+    pub endpoints_pods: Family<ResultLabel, Counter>,
+    /// Time from a pod's `evictord.dev/serving` going `False` to it being seen out of every
+    /// ready endpoint of its Services.
+    pub endpoints_time_to_leave: Histogram,
+    /// Writes of `evictord.dev/serving=True` by the keeper, by result: `serving` (first sight),
+    /// `canceled` (the eviction was canceled), `refused` (still refused after
+    /// `--serving-restore-after`).
+    pub serving_gate_writes: Family<ResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -235,6 +250,9 @@ impl Metrics {
             queued_maintenances: Family::default(),
             deadlines_exceeded: Counter::default(),
             forced_pods: Counter::default(),
+            endpoints_pods: Family::default(),
+            endpoints_time_to_leave: Histogram::new(exponential_buckets(0.25, 2.0, 12)),
+            serving_gate_writes: Family::default(),
             registry: Registry::default(),
         };
         m.zero_series();
@@ -394,6 +412,21 @@ impl Metrics {
             "Pods deleted because their node's drain deadline passed (deadlinePolicy Force)",
             m.forced_pods.clone(),
         );
+        r.register(
+            "evictord_endpoints_interceptor_pods",
+            "Pods the endpoints.evictord.dev interceptor handled, by how they left their endpoints",
+            m.endpoints_pods.clone(),
+        );
+        r.register(
+            "evictord_endpoints_interceptor_time_to_leave_seconds",
+            "Time from evictord.dev/serving False until the pod is out of every ready endpoint of its Services",
+            m.endpoints_time_to_leave.clone(),
+        );
+        r.register(
+            "evictord_serving_gate_writes",
+            "evictord.dev/serving set True by the keeper, by result",
+            m.serving_gate_writes.clone(),
+        );
         m
     }
 
@@ -422,6 +455,15 @@ impl Metrics {
         }
         for &result in DAEMONSET_RESULTS {
             drop(self.daemonset_pods.get_or_create(&ResultLabel { result }));
+        }
+        for &result in ENDPOINTS_RESULTS {
+            drop(self.endpoints_pods.get_or_create(&ResultLabel { result }));
+        }
+        for &result in SERVING_GATE_RESULTS {
+            drop(
+                self.serving_gate_writes
+                    .get_or_create(&ResultLabel { result }),
+            );
         }
         for &result in NODE_AGENT_MOVE_RESULTS {
             drop(self.node_agent_moves.get_or_create(&ResultLabel { result }));
@@ -506,6 +548,9 @@ mod tests {
             "nodemaintenance_controller_admissions_total 0",
             "nodemaintenance_controller_deadlines_exceeded_total 0",
             "nodemaintenance_controller_forced_pods_total 0",
+            "evictord_endpoints_interceptor_pods_total{result=\"timed_out\"} 0",
+            "evictord_endpoints_interceptor_time_to_leave_seconds_count 0",
+            "evictord_serving_gate_writes_total{result=\"refused\"} 0",
             "nodemaintenance_controller_queued_maintenances{reason=\"TooLarge\"} 0",
         ] {
             assert!(text.contains(series), "{series} in\n{text}");

@@ -128,6 +128,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|c| Caches::start_with(c, registration.reports()));
     let mut settings = args.rules.settings();
+    settings.serving_gate = args.endpoints_interceptor;
     if settings.own_user.is_none() && client.is_some() {
         settings.own_user = crate::cluster::identity::own_user(args.kubeconfig.as_deref()).await;
     }
@@ -182,6 +183,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let cert_task = tokio::spawn(crate::certs::keep_fresh(tls, rustls, shutdown.clone()));
 
+    // On every replica: a gated pod must never wait for a leader to become Ready (SPEC 6.4).
+    let keeper = match (&client, &caches) {
+        (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::serving_keeper::run(
+            Arc::new(crate::controller::serving_keeper::Context {
+                client: c.clone(),
+                caches: caches.clone(),
+                recorder: crate::recorder::Recorder::new(
+                    c.clone(),
+                    crate::recorder::reporter("evictord"),
+                ),
+                restore_after: args.serving_restore_after,
+            }),
+            shutdown.clone(),
+        ))),
+        _ => None,
+    };
     let controllers = match (&client, &caches) {
         (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::run(
             c.clone(),
@@ -199,6 +216,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     handle.graceful_shutdown(Some(Duration::from_secs(20)));
     if let Some(c) = controllers {
         let _ = tokio::time::timeout(Duration::from_secs(10), c).await;
+    }
+    if let Some(k) = keeper {
+        let _ = tokio::time::timeout(Duration::from_secs(5), k).await;
     }
     let _ = server_task.await;
     cert_task.abort();

@@ -1,7 +1,7 @@
 //! The controllers that make the evictord APIs work. Each one is split into a pure decision core
 //! (`decide`: object, cached pod, clock → [`eviction_request::Decision`]) and a thin shell that
 //! applies the decision (status patch, eviction call, events, requeue). They run on the elected
-//! leader only when leader election is on.
+//! leader only when leader election is on; the [`serving_keeper`] runs on every replica.
 
 pub mod events;
 pub mod eviction_api;
@@ -9,6 +9,7 @@ pub mod eviction_request;
 mod leader;
 pub mod node_maintenance;
 pub mod own_writes;
+pub mod serving_keeper;
 
 use std::sync::Arc;
 
@@ -179,6 +180,24 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         tasks.push(tokio::spawn(crate::interceptor::daemonset::run(
             client.clone(),
             settings,
+            term.clone(),
+        )));
+    }
+    if args.endpoints_interceptor {
+        let settings = crate::interceptor::Settings {
+            min_heartbeat_interval: args.rules.min_heartbeat_interval,
+            default_deadline: args.rules.interceptor_deadline,
+            ..Default::default()
+        };
+        let endpoints = crate::interceptor::endpoints::EndpointsSettings {
+            default_delay: args.rules.deregistration_delay,
+            wait_timeout: args.endpoints_wait_timeout,
+        };
+        info!("starting the endpoints.evictord.dev interceptor");
+        tasks.push(tokio::spawn(crate::interceptor::endpoints::run(
+            client.clone(),
+            settings,
+            endpoints,
             term.clone(),
         )));
     }
