@@ -101,7 +101,10 @@ pub async fn move_to_complete(client: &Client, nm: &NodeMaintenance) -> Result<(
         .map_err(|e| Error::Stage(name, e))
 }
 
-/// Replaces the whole status in one JSON patch guarded by `resourceVersion`.
+/// Writes the status fields that differ from `nm`'s in one JSON patch guarded by
+/// `resourceVersion`. Fields this build does not know (written by a newer evictord: they were
+/// dropped when `nm` was decoded, so they are in neither status) are left as they are, so a
+/// rolled-back evictord does not erase them.
 pub async fn write_status(
     client: &Client,
     nm: &NodeMaintenance,
@@ -109,13 +112,38 @@ pub async fn write_status(
 ) -> Result<NodeMaintenance, Error> {
     let name = nm.name_any();
     let api: Api<NodeMaintenance> = Api::all(client.clone());
-    let patch = json_patch(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": nm.resource_version()},
-        {"op": "add", "path": "/status", "value": status},
-    ]));
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": nm.resource_version()}),
+    ];
+    ops.extend(status_ops(nm.status.as_ref(), status));
+    let patch = json_patch(Value::Array(ops));
     api.patch_status(&name, &PatchParams::default(), &patch)
         .await
         .map_err(|e| Error::Status(name, e))
+}
+
+/// The JSON patch operations from the status `old` to `new`, field by field (the whole status
+/// when there was none).
+pub fn status_ops(old: Option<&NodeMaintenanceStatus>, new: &NodeMaintenanceStatus) -> Vec<Value> {
+    let new_value = serde_json::to_value(new).unwrap_or_else(|_| json!({}));
+    let Some(old) = old else {
+        return vec![json!({"op": "add", "path": "/status", "value": new_value})];
+    };
+    let old_value = serde_json::to_value(old).unwrap_or_else(|_| json!({}));
+    let (Some(old_fields), Some(new_fields)) = (old_value.as_object(), new_value.as_object())
+    else {
+        return vec![json!({"op": "add", "path": "/status", "value": new_value})];
+    };
+    let mut ops = Vec::new();
+    for (key, value) in new_fields {
+        if old_fields.get(key) != Some(value) {
+            ops.push(json!({"op": "add", "path": format!("/status/{key}"), "value": value}));
+        }
+    }
+    for key in old_fields.keys().filter(|k| !new_fields.contains_key(*k)) {
+        ops.push(json!({"op": "remove", "path": format!("/status/{key}")}));
+    }
+    ops
 }
 
 /// Replaces the status of a MaintenanceBudget (the node maintenance controller is its only
@@ -245,4 +273,47 @@ pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Re
 
 fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Stage, StageStatus};
+
+    #[test]
+    fn status_writes_touch_only_the_fields_that_changed() {
+        // No status yet: the whole status.
+        let new = NodeMaintenanceStatus {
+            drain_plan_position: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            status_ops(None, &new),
+            vec![json!({"op": "add", "path": "/status", "value": {"drainPlanPosition": 1}})]
+        );
+        // A changed field is added, one that went is removed, the others are not written (nor
+        // those this build does not know, which neither side holds).
+        let old = NodeMaintenanceStatus {
+            drain_plan_position: Some(1),
+            stage_statuses: vec![StageStatus {
+                name: Stage::Drain,
+                start_timestamp: None,
+            }],
+            ..Default::default()
+        };
+        let mut next = old.clone();
+        next.drain_plan_position = None;
+        next.stage_statuses.push(StageStatus {
+            name: Stage::Complete,
+            start_timestamp: None,
+        });
+        assert_eq!(
+            status_ops(Some(&old), &next),
+            vec![
+                json!({"op": "add", "path": "/status/stageStatuses", "value": [{"name": "Drain"}, {"name": "Complete"}]}),
+                json!({"op": "remove", "path": "/status/drainPlanPosition"}),
+            ]
+        );
+        assert!(status_ops(Some(&old), &old).is_empty());
+    }
 }
