@@ -8,11 +8,13 @@
 //!   PATH), with `--max-unavailable`, `--exec STEP` and `--timeout` (and `--cordon-first`).
 //!
 //! Every process's output is appended to the mode's log, each call headed by its start time and
-//! command line; every wait is bounded by the mode's deadline (a process still running then is
-//! killed).
+//! command line and each line stamped with its time; every wait is bounded by the mode's
+//! deadline (a process still running then is killed).
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evictord::api::{CONDITION_DRAINED, MaintenanceBudget, NodeMaintenance, ROLLOUT_LABEL};
@@ -46,7 +48,9 @@ impl Run<'_> {
         self.t0.elapsed() >= self.deadline
     }
 
-    /// Runs `cmd` to its end, at most `within`; its output appended to the log under a header.
+    /// Runs `cmd` to its end, at most `within`; its output appended to the log under a header,
+    /// each line stamped with the seconds since the drain started (so that a roll's log says
+    /// when each node was drained, stepped and given back).
     async fn call(
         &self,
         what: &str,
@@ -67,9 +71,32 @@ impl Run<'_> {
         let started_at = self.t0.elapsed().as_secs_f64();
         let mut child = cmd
             .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()?;
+        let file = Arc::new(Mutex::new(file));
+        let (copied, copies) = std::sync::mpsc::channel::<()>();
+        let out = child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn Read + Send>);
+        let err = child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn Read + Send>);
+        for pipe in [out, err].into_iter().flatten() {
+            let (file, copied, t0) = (file.clone(), copied.clone(), self.t0);
+            // A thread per pipe, not joined: a step's own children may hold the pipe open.
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if let Ok(mut f) = file.lock() {
+                        let _ = writeln!(f, "[{:7.1} s] {line}", t0.elapsed().as_secs_f64());
+                    }
+                }
+                let _ = copied.send(());
+            });
+        }
+        drop(copied);
         let exit_code = loop {
             if let Some(status) = child.try_wait()? {
                 break status.code();
@@ -81,12 +108,20 @@ impl Run<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
+        let seconds = start.elapsed().as_secs_f64();
+        // The last lines reach the log within a moment of the exit (bounded).
+        for _ in 0..20 {
+            match copies.try_recv() {
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
         let text = std::fs::read_to_string(self.log).unwrap_or_default();
         Ok(Call {
             what: what.into(),
             nodes: nodes.to_vec(),
             started_at,
-            seconds: start.elapsed().as_secs_f64(),
+            seconds,
             exit_code,
             last_line: text.lines().last().unwrap_or_default().to_string(),
         })

@@ -400,11 +400,14 @@ fn rolls(m: &ModeResult) -> String {
     );
     if s.nodes > 0 {
         o += &format!(
-            "; {} drained nodes taken (the first at {:.1} s), {} given back (the last at {:.1} s); per node, taken → its last pod gone median {:.1} s (max {:.1} s){}; {:.2} nodes out at once on average",
+            "; {} drained nodes taken (the first at {:.1} s), {}; per node, taken → its last pod gone median {:.1} s (max {:.1} s){}; {:.2} nodes out at once on average",
             s.nodes,
             s.first_taken,
-            s.back,
-            s.last_back,
+            if s.back > 0 {
+                format!("{} given back (the last at {:.1} s)", s.back, s.last_back)
+            } else {
+                "none given back".into()
+            },
             s.drain_median,
             s.drain_max,
             if s.back > 0 {
