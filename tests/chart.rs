@@ -278,6 +278,30 @@ fn helm_template_default_and_full_values() {
             expect_mc,
             "pod webhook matchConditions ({values:?}, {kube_version:?})"
         );
+        // The readiness gate of endpoints.evictord.dev (on by default, off in full-values):
+        // pod CREATE only, never fail-closed, matchConditions as the pod validating webhook.
+        let mwc = docs
+            .iter()
+            .find(|d| kind(d) == "MutatingWebhookConfiguration")
+            .unwrap();
+        let gate = mwc["webhooks"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "pods.mutate.evictord.dev");
+        assert_eq!(
+            gate.is_some(),
+            values.is_none(),
+            "pod mutating webhook ({values:?})"
+        );
+        if let Some(g) = gate {
+            assert_eq!(g["failurePolicy"], "Ignore");
+            assert_eq!(g["rules"][0]["operations"][0], "CREATE");
+            assert_eq!(g["rules"][0]["resources"][0], "pods");
+            assert_eq!(g["clientConfig"]["service"]["path"], "/mutate/pods");
+            assert_eq!(!g["matchConditions"].is_null(), expect_mc);
+            assert!(!g["namespaceSelector"].is_null());
+        }
         let pdb = docs
             .iter()
             .find(|d| kind(d) == "PodDisruptionBudget")
@@ -350,6 +374,7 @@ fn webhook_url_replaces_the_service() {
         urls,
         [
             "https://127.0.0.1:8443/mutate/nodemaintenances",
+            "https://127.0.0.1:8443/mutate/pods",
             "https://127.0.0.1:8443/validate/evictioninterceptors",
             "https://127.0.0.1:8443/validate/evictionrequests",
             "https://127.0.0.1:8443/validate/maintenancebudgets",
@@ -594,6 +619,7 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
 
     surge_as_the_chart_account(&client, &test_ns).await;
     hpa_surge_as_the_chart_account(&client, &test_ns).await;
+    endpoints_as_the_chart_account(&client, &test_ns).await;
 
     // SIGTERM: graceful stop, lease released.
     let status = e.stop().expect("exit status");
@@ -727,6 +753,90 @@ async fn surge_as_the_chart_account(client: &kube::Client, ns: &str) {
 /// ReplicaSet → Deployment, the autoscalers' list, the Deployment and its scale subresource, the
 /// floor's patch, and the settler's watch and restoring patch. The test plays the deployment and
 /// horizontal-pod-autoscaler controllers (there is no kube-controller-manager in this binary).
+/// The `endpoints.evictord.dev` interceptor and the keeper of its gate as the chart's account:
+/// the pod webhook adds the gate, the keeper sets it `True`, the interceptor reads the budgets and
+/// the Services, sets it `False`, waits until the Endpoints (written here, as the endpoints
+/// controller would, which this control plane does not run) drop the pod, and lets it go.
+async fn endpoints_as_the_chart_account(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    use kube::api::{Patch, PatchParams};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let gated = pod("gated")
+        .label("app", "gated")
+        .interceptors(&["endpoints.evictord.dev"])
+        .annotation("evictord.dev/deregistration-delay", "0s")
+        .create(client, ns)
+        .await;
+    let uid = gated.metadata.uid.clone().unwrap();
+    let gates = gated
+        .spec
+        .clone()
+        .unwrap()
+        .readiness_gates
+        .unwrap_or_default();
+    assert_eq!(gates[0].condition_type, "evictord.dev/serving", "rule P9");
+    let serving = |p: &Pod| evictord::serving::condition_of(p).map(|c| c.status.clone());
+    until(T, "evictord.dev/serving True", || async {
+        let p = pods.get("gated").await.ok()?;
+        (serving(&p).as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "gated"},
+        "spec": {"selector": {"app": "gated"}, "ports": [{"port": 80}]}}))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    let address =
+        json!({"ip": "10.9.0.1", "targetRef": {"kind": "Pod", "name": "gated", "uid": uid}});
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), ns);
+    let listed = |ready: bool| {
+        let (key, other) = if ready {
+            ("addresses", "notReadyAddresses")
+        } else {
+            ("notReadyAddresses", "addresses")
+        };
+        json!({"metadata": {"name": "gated"}, "subsets": [{key: [address.clone()], other: null, "ports": [{"port": 80}]}]})
+    };
+    endpoints
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(listed(true)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let ers: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
+    let er: EvictionRequest = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": uid},
+        "spec": {"target": {"pod": {"name": "gated", "uid": uid}}, "requesters": [{"name": "rbac.example.com"}]}
+    }))
+    .unwrap();
+    ers.create(&PostParams::default(), &er).await.unwrap();
+    until(T, "the interceptor waiting for Service gated", || async {
+        let s = ers.get(&uid).await.ok()?.status?;
+        let m = s.interceptor("endpoints.evictord.dev")?.message.clone()?;
+        m.contains("waiting until Service gated drop it")
+            .then_some(())
+    })
+    .await;
+    let p = pods.get("gated").await.unwrap();
+    assert_eq!(serving(&p).as_deref(), Some("False"));
+    endpoints
+        .patch(
+            "gated",
+            &PatchParams::default(),
+            &Patch::Merge(&listed(false)),
+        )
+        .await
+        .unwrap();
+    until(T, "the gated pod evicted", || async {
+        let r = ers.get(&uid).await.ok()?;
+        r.status?.is_true("Evicted").then_some(())
+    })
+    .await;
+}
+
 async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
