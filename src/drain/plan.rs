@@ -418,7 +418,12 @@ impl<'a> State<'a> {
                         .copied()
                         .filter(|p| p.unmanaged && p.pod_type == PodType::Default),
                 ),
-                local_data_pods: listed(targeted.iter().copied().filter(|p| p.local_data)),
+                local_data_pods: listed(
+                    targeted
+                        .iter()
+                        .copied()
+                        .filter(|p| p.local_data && p.pod_type == PodType::Default),
+                ),
                 ..Default::default()
             });
         }

@@ -450,7 +450,8 @@ fn skipped_pods_stay_and_pods_waited_for_hold_the_node_until_they_finish() {
 }
 
 /// SPEC 6.2: the pods `kubectl drain` refuses without `--force` / `--delete-emptydir-data` are
-/// listed (Default pods only for the unmanaged ones), and still requested by the API.
+/// listed (Default pods only: DaemonSet pods keep their own behaviour), and still requested by the
+/// API.
 #[test]
 fn unmanaged_and_local_data_pods_are_listed_and_requested() {
     let mut w = World::new(vec![nm("m", 0, vec![d(MAX), ds(MAX)], &["n"])]);
@@ -458,7 +459,7 @@ fn unmanaged_and_local_data_pods_are_listed_and_requested() {
         pod("bare").on("n").unmanaged(),
         pod("scratch").on("n").local_data(),
         pod("both").on("n").unmanaged().local_data(),
-        pod("agent").on("n").ds().unmanaged(),
+        pod("agent").on("n").ds().unmanaged().local_data(),
     ]);
     w.step();
     let s = w.status("m", "n");

@@ -426,8 +426,8 @@ pub struct NodeMaintenanceNodeStatus {
     /// a mirror pod), at most 20: `kubectl drain` refuses them without `--force`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmanaged_pods: Vec<String>,
-    /// EXTENSION (SPEC 6.2): targeted pods with `emptyDir` volumes, whose data is lost when they
-    /// leave, at most 20: `kubectl drain` refuses them without `--delete-emptydir-data`.
+    /// EXTENSION (SPEC 6.2): targeted Default pods with `emptyDir` volumes, whose data is lost
+    /// when they leave, at most 20: `kubectl drain` refuses them without `--delete-emptydir-data`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub local_data_pods: Vec<String>,
 }

@@ -95,7 +95,10 @@ mod tests {
         n
     }
 
-    fn set(value: Option<&str>) -> Option<Option<String>> {
+    /// A field of a [`NodePatch`] that sets or removes a value: `None` leaves it.
+    type Change = Option<Option<String>>;
+
+    fn set(value: Option<&str>) -> Change {
         Some(value.map(str::to_string))
     }
 
@@ -105,10 +108,7 @@ mod tests {
     #[case::already_true(node(Some("true"), None), Some((None, set(Some("\"true\"")), false)))]
     #[case::recorded_keeps_a_users_change(node(Some("false"), Some("null")), None)]
     #[case::recorded(node(Some("true"), Some("null")), None)]
-    fn exclude_rows(
-        #[case] n: Node,
-        #[case] want: Option<(Option<Option<String>>, Option<Option<String>>, bool)>,
-    ) {
+    fn exclude_rows(#[case] n: Node, #[case] want: Option<(Change, Change, bool)>) {
         let got = exclude(&n).map(|p| (p.exclusion, p.exclusion_before, !p.events.is_empty()));
         assert_eq!(got, want);
     }
@@ -120,7 +120,7 @@ mod tests {
     #[case::changed_by_someone(node(Some("no"), Some("null")), Some((None, false)))]
     #[case::removed_by_someone(node(None, Some("\"x\"")), Some((None, false)))]
     #[case::nothing_recorded(node(Some("true"), None), None)]
-    fn include_rows(#[case] n: Node, #[case] want: Option<(Option<Option<String>>, bool)>) {
+    fn include_rows(#[case] n: Node, #[case] want: Option<(Change, bool)>) {
         let got = include(&n).map(|p| {
             assert_eq!(p.exclusion_before, Some(None), "the record goes");
             (p.exclusion, !p.events.is_empty())
