@@ -11,22 +11,34 @@ use std::collections::BTreeMap;
 use crate::api::{DRAIN_LABEL, DrainBehavior, NodeMaintenance, PodRule};
 use crate::selector::{LabelSource, label_selector_matches};
 
-/// The behaviour for a pod with `labels` in a namespace with `namespace_labels`, under `rules`.
-/// A label value other than `drain`, `skip` or `wait-completed` is ignored (the rules decide).
-pub fn behavior(
+/// What decided a pod's behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// Its `evictord.dev/drain` label.
+    Label,
+    /// The rule at this index of the node's rules.
+    Rule(usize),
+    /// Neither: the default, `Drain`.
+    Default,
+}
+
+/// The behaviour for a pod with `labels` in a namespace with `namespace_labels`, under `rules`,
+/// and what decided it. A label value other than `drain`, `skip` or `wait-completed` is ignored
+/// (the rules decide).
+pub fn decide(
     labels: &impl LabelSource,
     namespace_labels: &BTreeMap<String, String>,
     rules: &[PodRule],
-) -> DrainBehavior {
+) -> (DrainBehavior, DecidedBy) {
     if let Some(b) = labels
         .label(DRAIN_LABEL)
         .and_then(DrainBehavior::from_label)
     {
-        return b;
+        return (b, DecidedBy::Label);
     }
     rules
         .iter()
-        .find(|r| {
+        .position(|r| {
             r.namespace_selector
                 .as_ref()
                 .is_none_or(|s| label_selector_matches(s, namespace_labels))
@@ -34,7 +46,19 @@ pub fn behavior(
                     .as_ref()
                     .is_none_or(|s| label_selector_matches(s, labels))
         })
-        .map_or(DrainBehavior::Drain, |r| r.behavior)
+        .map_or((DrainBehavior::Drain, DecidedBy::Default), |i| {
+            (rules[i].behavior, DecidedBy::Rule(i))
+        })
+}
+
+/// The behaviour for a pod with `labels` in a namespace with `namespace_labels`, under `rules`
+/// (see [`decide`]).
+pub fn behavior(
+    labels: &impl LabelSource,
+    namespace_labels: &BTreeMap<String, String>,
+    rules: &[PodRule],
+) -> DrainBehavior {
+    decide(labels, namespace_labels, rules).0
 }
 
 /// The rules that apply on a node: those of the oldest (creation time, then name) of the
@@ -112,6 +136,19 @@ mod tests {
         #[case] want: DrainBehavior,
     ) {
         assert_eq!(behavior(&labels(pod), &labels(ns), &rules()), want);
+    }
+
+    #[rstest::rstest]
+    #[case::label(&[(DRAIN_LABEL, "skip")], &[], DecidedBy::Label)]
+    #[case::unknown_label_value(&[(DRAIN_LABEL, "never")], &[], DecidedBy::Default)]
+    #[case::second_rule(&[("keep", "true")], &[], DecidedBy::Rule(1))]
+    #[case::nothing(&[], &[], DecidedBy::Default)]
+    fn decided_by_rows(
+        #[case] pod: &[(&str, &str)],
+        #[case] ns: &[(&str, &str)],
+        #[case] want: DecidedBy,
+    ) {
+        assert_eq!(decide(&labels(pod), &labels(ns), &rules()).1, want);
     }
 
     fn nm(name: &str, created: i64, rules: Vec<PodRule>) -> NodeMaintenance {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::{DRAIN_LABEL, DrainBehavior, NodeMaintenance, PodRule};
+use crate::api::{DRAIN_LABEL, NodeMaintenance, PodRule};
 use crate::cluster::CachedPod;
 use crate::drain::holds::holders;
-use crate::drain::rules::node_rules;
-use crate::selector::{LabelSource, label_selector_matches};
+use crate::drain::rules::{DecidedBy, decide, node_rules};
+use crate::selector::LabelSource;
 
 /// The labels of each namespace, by name.
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
@@ -43,23 +43,13 @@ pub fn decided_by(
     rules: &[PodRule],
     holder: &str,
 ) -> Option<String> {
-    if let Some(v) = labels
-        .label(DRAIN_LABEL)
-        .filter(|v| DrainBehavior::from_label(v).is_some())
-    {
-        return Some(format!("label {DRAIN_LABEL}={v}"));
+    match decide(labels, namespace_labels, rules).1 {
+        DecidedBy::Label => labels
+            .label(DRAIN_LABEL)
+            .map(|v| format!("label {DRAIN_LABEL}={v}")),
+        DecidedBy::Rule(i) => Some(format!("podRules[{i}] of maintenance {holder}")),
+        DecidedBy::Default => None,
     }
-    rules
-        .iter()
-        .position(|r| {
-            r.namespace_selector
-                .as_ref()
-                .is_none_or(|s| label_selector_matches(s, namespace_labels))
-                && r.pod_selector
-                    .as_ref()
-                    .is_none_or(|s| label_selector_matches(s, labels))
-        })
-        .map(|i| format!("podRules[{i}] of maintenance {holder}"))
 }
 
 /// What decides the behaviour of each pod (by UID) on the nodes `maintenances` hold, where a
@@ -103,7 +93,7 @@ pub fn sources(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NodeMaintenanceSpec, Stage};
+    use crate::api::{DrainBehavior, NodeMaintenanceSpec, Stage};
     use crate::controller::node_maintenance::gather::as_admitted;
     use crate::drain::rules::behavior;
     use crate::plugin::fixtures::{node, pod};
