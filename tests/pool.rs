@@ -727,6 +727,9 @@ async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
         &step,
         "--timeout",
         "200s",
+        // The pool's bare pods and emptyDir volumes, as kubectl drain's flags say.
+        "--force",
+        "--delete-emptydir-data",
     ];
     let file = std::fs::File::create(&log).unwrap();
     let mut child = support::plugin::plugin_command(&args)

@@ -5,7 +5,8 @@
 //!   with `EVICTORD_NODE` set, as the rollout runs it), `kubectl uncordon NODE`;
 //! - one NodeMaintenance in stage Drain, waited for on a watch until `Drained=True`;
 //! - `kubectl evictord rollout` through the real `kubectl` (the plugin of this build in front of
-//!   PATH), with `--max-unavailable`, `--exec STEP` and `--timeout` (and `--cordon-first`).
+//!   PATH), with `--max-unavailable`, `--exec STEP`, `--timeout`, `--force` and
+//!   `--delete-emptydir-data` (and `--cordon-first`).
 //!
 //! Every process's output is appended to the mode's log, each call headed by its start time and
 //! command line and each line stamped with its time; every wait is bounded by the mode's
@@ -188,8 +189,8 @@ impl Run<'_> {
         Ok((all, calls))
     }
 
-    /// `kubectl evictord rollout NAME -l SELECTOR --max-unavailable N --exec STEP --timeout T`
-    /// (and `--cordon-first`), through the real kubectl.
+    /// `kubectl evictord rollout NAME -l SELECTOR --max-unavailable N --exec STEP --timeout T
+    /// --force --delete-emptydir-data` (and `--cordon-first`), through the real kubectl.
     pub async fn rollout(
         &self,
         name: &str,
@@ -211,6 +212,10 @@ impl Run<'_> {
             &step,
             "--timeout",
             &timeout,
+            // The pool holds bare pods and pods with emptyDir volumes: the overrides kubectl drain
+            // gets too (`KUBECTL_DRAIN_FLAGS`), without which both refuse the nodes.
+            "--force",
+            "--delete-emptydir-data",
         ];
         if cordon_first {
             args.push("--cordon-first");
