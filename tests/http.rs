@@ -140,6 +140,35 @@ async fn pod_with_a_valid_annotation_is_allowed() {
     assert_eq!(response["allowed"], true, "{response}");
 }
 
+/// Rules P9 and P10: a pod that declares `endpoints.evictord.dev` gets the readiness gate
+/// `evictord.dev/serving` (a JSONPatch), with a warning for a delay evictord will not take; a
+/// pod that does not is left alone.
+#[tokio::test]
+async fn pod_declaring_the_endpoints_interceptor_gets_the_readiness_gate() {
+    let annotations = "/request/object/metadata/annotations";
+    let fixture = review(POD).set(
+        annotations,
+        json!({ANNOTATION: "deployment.apps.k8s.io,endpoints.evictord.dev",
+               "evictord.dev/deregistration-delay": "soon"}),
+    );
+    let response = post("/mutate/pods", &fixture).await.review();
+    assert_eq!(response["uid"], fixture.uid());
+    assert_eq!(response["allowed"], true);
+    assert_eq!(
+        patch(&response),
+        json!([{"op": "add", "path": "/spec/readinessGates",
+                "value": [{"conditionType": "evictord.dev/serving"}]}])
+    );
+    assert_warns(
+        &response,
+        &["evictord.dev/deregistration-delay", "rule P10"],
+    );
+    let other = review(POD).set(annotations, json!({ANNOTATION: "deployment.apps.k8s.io"}));
+    let response = post("/mutate/pods", &other).await.review();
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+}
+
 #[tokio::test]
 async fn node_maintenance_create_is_mutated_with_a_base64_json_patch() {
     let fixture = review(NODE_MAINTENANCE);

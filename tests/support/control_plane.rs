@@ -49,6 +49,7 @@ struct Processes {
 
 static CLUSTER: OnceCell<TestCluster> = OnceCell::const_new();
 static CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
+static ENDPOINT_CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 static EVICTION_AUDIT: AtomicBool = AtomicBool::new(false);
 
@@ -107,6 +108,68 @@ pub async fn cluster_with_controller_manager() -> &'static TestCluster {
 pub const WORKLOAD_CONTROLLERS: &str =
     "deployment,replicaset,statefulset,daemonset,disruption,horizontalpodautoscaling";
 
+/// The control plane of this test binary with the workload controllers of
+/// [`cluster_with_controller_manager`] and, in a kube-controller-manager of their own, the
+/// endpoint and endpointslice controllers ([`ENDPOINT_CONTROLLERS`]), which keep the Endpoints and
+/// EndpointSlices of Services: a test can pause them alone ([`pause_endpoint_controllers`]).
+/// Pods need an IP for them (the played kubelet gives gated pods one).
+pub async fn cluster_with_endpoint_controllers() -> &'static TestCluster {
+    let c = cluster_with_controller_manager().await;
+    ENDPOINT_CONTROLLER_MANAGER
+        .get_or_init(|| async {
+            spawn_controller_manager(c, ENDPOINT_CONTROLLERS, "kube-controller-manager-endpoints")
+        })
+        .await;
+    c
+}
+
+/// The kube-controller-manager controllers of [`cluster_with_endpoint_controllers`].
+pub const ENDPOINT_CONTROLLERS: &str = "endpoint,endpointslice";
+
+/// Pauses the endpoint controllers of [`cluster_with_endpoint_controllers`] (SIGSTOP) until the
+/// returned guard is resumed or dropped (SIGCONT): Endpoints and EndpointSlices stay as they are
+/// meanwhile.
+pub fn pause_endpoint_controllers() -> ControllersPaused {
+    let pid = *ENDPOINT_CONTROLLER_MANAGER
+        .get()
+        .expect("cluster_with_endpoint_controllers() started them");
+    assert!(
+        send_signal(pid, "STOP"),
+        "SIGSTOP to the endpoint controllers"
+    );
+    ControllersPaused {
+        pid,
+        resumed: false,
+    }
+}
+
+/// Endpoint controllers paused by [`pause_endpoint_controllers`]; SIGCONT when resumed or dropped,
+/// even while a panic unwinds.
+#[must_use = "the controllers resume when the guard is dropped"]
+pub struct ControllersPaused {
+    pid: u32,
+    resumed: bool,
+}
+
+impl ControllersPaused {
+    /// Sends SIGCONT.
+    pub fn resume(mut self) {
+        self.resumed = true;
+        assert!(
+            send_signal(self.pid, "CONT"),
+            "SIGCONT to the endpoint controllers"
+        );
+    }
+}
+
+impl Drop for ControllersPaused {
+    fn drop(&mut self) {
+        if !self.resumed {
+            send_signal(self.pid, "CONT");
+        }
+    }
+}
+
 /// Stops the kube-controller-manager of [`cluster_with_controller_manager`] (SIGTERM), for a
 /// benchmark whose later parts measure without it; it is not started again in this process.
 pub fn stop_controller_manager() {
@@ -116,6 +179,11 @@ pub fn stop_controller_manager() {
 }
 
 fn start_controller_manager(c: &TestCluster) -> u32 {
+    spawn_controller_manager(c, WORKLOAD_CONTROLLERS, "kube-controller-manager")
+}
+
+/// Starts a kube-controller-manager running `controllers`, logging to `<log>.log` and `<log>.err`.
+fn spawn_controller_manager(c: &TestCluster, controllers: &str, log: &str) -> u32 {
     let bin = c.assets.join("kube-controller-manager");
     assert!(
         bin.is_file(),
@@ -125,7 +193,7 @@ fn start_controller_manager(c: &TestCluster) -> u32 {
     let kcm = Command::new(bin)
         .args([
             format!("--kubeconfig={}", c.kubeconfig.display()),
-            format!("--controllers={WORKLOAD_CONTROLLERS}"),
+            format!("--controllers={controllers}"),
             // The HPA controller's default period is 15 s; tests wait on its floor.
             "--horizontal-pod-autoscaler-sync-period=2s".into(),
             "--leader-elect=false".into(),
@@ -134,8 +202,8 @@ fn start_controller_manager(c: &TestCluster) -> u32 {
             "--secure-port=0".into(),
             "--use-service-account-credentials=false".into(),
         ])
-        .stdout(log_file(&c.dir, "kube-controller-manager.log"))
-        .stderr(log_file(&c.dir, "kube-controller-manager.err"))
+        .stdout(log_file(&c.dir, &format!("{log}.log")))
+        .stderr(log_file(&c.dir, &format!("{log}.err")))
         .spawn()
         .expect("starting kube-controller-manager");
     kill_on_exit(kcm.id());

@@ -4,7 +4,14 @@
 //! would — and marked Running and Ready (status patch), which makes them available to the
 //! Deployment and healthy to the disruption controller. A pod being deleted goes away once its
 //! grace period is over (deleted with grace 0), as a kubelet would have stopped it.
+//!
+//! A pod with readiness gates is tended as a real kubelet would: it gets an IP (the endpoint
+//! controllers list pods by IP), its `Ready` condition is computed from its containers and every
+//! readiness gate (`True` only when each gate's condition is `True`, back to `False` when one turns
+//! `False`), and conditions are written one by one with strategic merge patches, so the gates'
+//! conditions, which others own, are never erased.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -121,6 +128,18 @@ async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
             .await;
         return;
     }
+    let gates: Vec<String> = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
+    if !gates.is_empty() {
+        tend_gated(pods, p, &gates, make_ready).await;
+        return;
+    }
     let is_ready = p
         .status
         .as_ref()
@@ -135,5 +154,70 @@ async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
         let _ = pods
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
             .await;
+    }
+}
+
+/// A pod IP no other pod of this process got: 10.200.x.y.
+fn next_pod_ip() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("10.200.{}.{}", (n / 250) % 250, n % 250 + 1)
+}
+
+/// The status of condition `type_`, if the pod has it.
+fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+/// A bound pod with readiness gates, as a kubelet tends it: an IP and `Running` first, then
+/// `ContainersReady` (when `make_ready`, and never taken back), then `Ready` from the containers and
+/// every gate, each one strategic merge patch of one condition.
+async fn tend_gated(pods: &Api<Pod>, p: &Pod, gates: &[String], make_ready: bool) {
+    let name = p.name_any();
+    let status = p.status.clone().unwrap_or_default();
+    let patch = |status: serde_json::Value| async move {
+        let _ = pods
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Strategic(&json!({ "status": status })),
+            )
+            .await;
+    };
+    if status.pod_ip.is_none() || status.phase.as_deref() != Some("Running") {
+        let ip = status.pod_ip.clone().unwrap_or_else(next_pod_ip);
+        patch(json!({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]})).await;
+        return;
+    }
+    let now = jiff::Timestamp::now().to_string();
+    let containers = condition(p, "ContainersReady") == Some("True");
+    if make_ready && !containers {
+        patch(json!({"conditions": [
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+        ]}))
+        .await;
+        return;
+    }
+    let gates_true = gates.iter().all(|g| condition(p, g) == Some("True"));
+    let ready = containers && gates_true;
+    if (condition(p, "Ready") == Some("True")) != ready {
+        let reason = if ready || !containers {
+            ""
+        } else {
+            "ReadinessGatesNotReady"
+        };
+        patch(json!({"conditions": [{
+            "type": "Ready",
+            "status": if ready { "True" } else { "False" },
+            "reason": reason,
+            "lastTransitionTime": now,
+        }]}))
+        .await;
     }
 }

@@ -11,6 +11,7 @@ pub mod budget;
 pub mod chaos;
 pub mod control_plane;
 pub mod daemonset;
+pub mod endpoints;
 pub mod evictord;
 pub mod fixtures;
 pub mod hpa;

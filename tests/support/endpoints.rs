@@ -1,0 +1,432 @@
+//! The traffic-aware drain scenario (SPEC 6.4): a Deployment whose pods declare
+//! `deployment.apps.k8s.io,endpoints.evictord.dev` on node `a`, a PodDisruptionBudget
+//! `minAvailable` = its replicas, a Service selecting it, replacements scheduled to node `b` by the
+//! played kubelet; and a [`Timeline`] that watches the Service's Endpoints and EndpointSlices and
+//! the pods, recording when each pod was seen entering and leaving the ready addresses and when
+//! its deletion started.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::fixtures::{blocking_pdb, node};
+use super::kubelet::Kubelet;
+use super::surge::POOL;
+use super::wait::until;
+
+/// The interceptors the scenario's pods declare.
+pub const INTERCEPTORS: &str = "deployment.apps.k8s.io,endpoints.evictord.dev";
+
+/// The Deployment, its Service and its budget on node `a`.
+pub struct Scenario {
+    pub client: Client,
+    pub ns: String,
+    pub a: String,
+    pub b: String,
+    pub name: String,
+    pub replicas: i32,
+    pub kubelet: Kubelet,
+}
+
+/// What the scenario's Deployment declares and what protects it.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Its replicas.
+    pub replicas: i32,
+    /// The PodDisruptionBudget's `minAvailable`.
+    pub min_available: i32,
+    /// The pods' interceptors.
+    pub interceptors: &'static str,
+    /// The pods' own deregistration delay, if any.
+    pub delay: Option<&'static str>,
+}
+
+/// `replicas` pods with the surge and the endpoints interceptors, a budget allowing no
+/// disruption: the usual case.
+pub fn surged(replicas: i32, delay: Option<&'static str>) -> Shape {
+    Shape {
+        replicas,
+        min_available: replicas,
+        interceptors: INTERCEPTORS,
+        delay,
+    }
+}
+
+/// The scenario's Deployment: `replicas` pods labelled `app=name`, maxSurge 1 and
+/// maxUnavailable 0, a grace period of 1 s (the deletion is seen before the pod goes), the
+/// interceptors and, when given, the pod's own deregistration delay.
+pub fn deployment(name: &str, shape: Shape) -> Deployment {
+    let (replicas, delay) = (shape.replicas, shape.delay);
+    let mut annotations = json!({"evictord.dev/eviction-interceptors": shape.interceptors});
+    if let Some(d) = delay {
+        annotations["evictord.dev/deregistration-delay"] = json!(d);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]
+                }
+            }
+        }
+    }))
+    .expect("deployment")
+}
+
+impl Scenario {
+    /// Nodes `a` and `b`, the Service, the Deployment on `a` with its pods Ready through the
+    /// gate and ready addresses of the Service, and the budget.
+    pub async fn start(client: Client, ns: &str, shape: Shape, timeline: &Timeline) -> Scenario {
+        let replicas = shape.replicas;
+        let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
+        node(&a).label(POOL, &a).create(&client).await;
+        node(&b).create(&client).await;
+        let kubelet = Kubelet::start(client.clone(), ns, &a);
+        let name = "web".to_string();
+        let service: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }))
+        .expect("service");
+        Api::<Service>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &service)
+            .await
+            .expect("create Service");
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &deployment(&name, shape))
+            .await
+            .expect("create Deployment");
+        blocking_pdb(&client, ns, "web", "app", &name, shape.min_available).await;
+        let s = Scenario {
+            client,
+            ns: ns.to_string(),
+            a,
+            b,
+            name,
+            replicas,
+            kubelet,
+        };
+        s.wait_serving(&s.a.clone(), timeline).await;
+        s.kubelet.schedule_to(&s.b);
+        s
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Waits until the Deployment is at its replicas, all available, on `node`, each pod Ready
+    /// with `evictord.dev/serving=True` and a ready address of the Service in its Endpoints and
+    /// EndpointSlices; returns the pods.
+    pub async fn wait_serving(&self, node: &str, timeline: &Timeline) -> Vec<Pod> {
+        until(
+            Duration::from_secs(120),
+            &format!("the Deployment serving on node {node}"),
+            || async {
+                let d = self.deployments().get(&self.name).await.ok()?;
+                let status = d.status?;
+                let settled = d.spec.replicas == Some(self.replicas)
+                    && !d
+                        .metadata
+                        .annotations
+                        .unwrap_or_default()
+                        .contains_key("evictord.dev/surge")
+                    && status.replicas == Some(self.replicas)
+                    && status.available_replicas == Some(self.replicas);
+                let pods = self.pods().list(&ListParams::default()).await.ok()?.items;
+                let serving = pods.len() == self.replicas as usize
+                    && pods.iter().all(|p| {
+                        let uid = p.metadata.uid.clone().unwrap_or_default();
+                        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                            && condition(p, "evictord.dev/serving") == Some("True")
+                            && condition(p, "Ready") == Some("True")
+                            && timeline.ready_now(&uid)
+                    });
+                (settled && serving).then_some(pods)
+            },
+        )
+        .await
+    }
+}
+
+/// Samples the Deployment's `status.availableReplicas` every 100 ms until [`Available::stop`].
+pub struct Available {
+    least: Arc<Mutex<(i32, usize)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Available {
+    /// Starts sampling Deployment `name`.
+    pub fn sample(api: Api<Deployment>, name: &str) -> Available {
+        let least = Arc::new(Mutex::new((i32::MAX, 0)));
+        let (l, name) = (least.clone(), name.to_string());
+        let task = tokio::spawn(async move {
+            // Bounded: at most 10 minutes of samples.
+            for _ in 0..6000 {
+                if let Ok(d) = api.get(&name).await {
+                    let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+                    let mut l = l.lock().expect("lock");
+                    *l = (l.0.min(available), l.1 + 1);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Available { least, task }
+    }
+
+    /// Stops; returns (the fewest available replicas seen, the number of samples).
+    pub fn stop(self) -> (i32, usize) {
+        self.task.abort();
+        *self.least.lock().expect("lock")
+    }
+}
+
+/// The status of condition `type_` of `p`.
+pub fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+/// Where pods are listed as ready addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The Service's Endpoints.
+    Endpoints,
+    /// Its EndpointSlices.
+    Slices,
+}
+
+#[derive(Default)]
+struct Seen {
+    /// Per source, the ready pod UIDs now, and per slice name its own.
+    ready: BTreeMap<Source, BTreeSet<String>>,
+    slices: BTreeMap<String, BTreeSet<String>>,
+    /// (when, source, uid, entered): every change of a pod's membership.
+    changes: Vec<(Instant, Source, String, bool)>,
+    /// uid → when its deletion was first seen (deletionTimestamp set, or gone).
+    deleted: BTreeMap<String, Instant>,
+}
+
+/// Watches of one namespace's Endpoints, EndpointSlices and pods, from the test process (one
+/// clock for all of them).
+#[derive(Clone)]
+pub struct Timeline {
+    seen: Arc<Mutex<Seen>>,
+    tasks: Arc<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+fn ready_uids(targets: impl Iterator<Item = serde_json::Value>) -> BTreeSet<String> {
+    targets
+        .filter_map(|t| t["uid"].as_str().map(str::to_string))
+        .collect()
+}
+
+impl Seen {
+    fn set(&mut self, source: Source, now: BTreeSet<String>) {
+        let at = Instant::now();
+        let before = self.ready.entry(source).or_default();
+        for uid in now.difference(before) {
+            self.changes.push((at, source, uid.clone(), true));
+        }
+        for uid in before.difference(&now) {
+            self.changes.push((at, source, uid.clone(), false));
+        }
+        *before = now;
+    }
+
+    fn endpoints(&mut self, e: &Endpoints) {
+        let ready = ready_uids(
+            e.subsets
+                .iter()
+                .flatten()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .filter_map(|a| serde_json::to_value(a.target_ref.as_ref()?).ok()),
+        );
+        self.set(Source::Endpoints, ready);
+    }
+
+    fn slice(&mut self, name: String, slice: Option<&serde_json::Value>) {
+        let ready = slice
+            .map(|s| {
+                ready_uids(
+                    s["endpoints"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
+                        .map(|e| e["targetRef"].clone()),
+                )
+            })
+            .unwrap_or_default();
+        self.slices.insert(name, ready);
+        let all = self.slices.values().flatten().cloned().collect();
+        self.set(Source::Slices, all);
+    }
+}
+
+impl Timeline {
+    /// Starts watching the Endpoints and EndpointSlices of Service `service` and the pods of
+    /// `ns`.
+    pub async fn start(client: &Client, ns: &str, service: &str) -> Timeline {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let groups = client.list_api_groups().await.expect("discovery");
+        let version = evictord::interceptor::endpoints::discovery::slice_version_in(&groups)
+            .expect("EndpointSlices served");
+        let resource = evictord::interceptor::endpoints::discovery::slice_resource(version);
+        let field = format!("metadata.name={service}");
+        let label = format!("kubernetes.io/service-name={service}");
+        let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), ns);
+        let slices: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let s = seen.clone();
+        let t1 = tokio::spawn(async move {
+            let stream = watcher(endpoints, watcher::Config::default().fields(&field));
+            futures::pin_mut!(stream);
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => {
+                        s.lock().expect("lock").endpoints(&e)
+                    }
+                    Ok(watcher::Event::Delete(_)) => s
+                        .lock()
+                        .expect("lock")
+                        .set(Source::Endpoints, BTreeSet::new()),
+                    _ => {}
+                }
+            }
+        });
+        let s = seen.clone();
+        let t2 = tokio::spawn(async move {
+            let stream = watcher(slices, watcher::Config::default().labels(&label));
+            futures::pin_mut!(stream);
+            while let Some(e) = stream.next().await {
+                match e {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        let v = serde_json::to_value(&o).unwrap_or_default();
+                        s.lock().expect("lock").slice(o.name_any(), Some(&v))
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        s.lock().expect("lock").slice(o.name_any(), None)
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let s = seen.clone();
+        let t3 = tokio::spawn(async move {
+            let stream = watcher(pods, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(e) = stream.next().await {
+                let (p, gone) = match e {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                    Ok(watcher::Event::Delete(p)) => (p, true),
+                    _ => continue,
+                };
+                if gone || p.metadata.deletion_timestamp.is_some() {
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    s.lock()
+                        .expect("lock")
+                        .deleted
+                        .entry(uid)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        });
+        Timeline {
+            seen,
+            tasks: Arc::new(vec![t1, t2, t3]),
+        }
+    }
+
+    /// True when pod `uid` is a ready address in both the Endpoints and the EndpointSlices now.
+    pub fn ready_now(&self, uid: &str) -> bool {
+        let seen = self.seen.lock().expect("lock");
+        [Source::Endpoints, Source::Slices]
+            .iter()
+            .all(|s| seen.ready.get(s).is_some_and(|r| r.contains(uid)))
+    }
+
+    /// True when pod `uid` is a ready address in neither now.
+    pub fn out_now(&self, uid: &str) -> bool {
+        let seen = self.seen.lock().expect("lock");
+        [Source::Endpoints, Source::Slices]
+            .iter()
+            .all(|s| !seen.ready.get(s).is_some_and(|r| r.contains(uid)))
+    }
+
+    /// For pod `uid` in `source`: how long before its deletion started it was last seen leaving
+    /// the ready addresses (negative: it left after, or never); `None` while its deletion has not
+    /// been seen.
+    pub fn out_before_deletion(&self, uid: &str, source: Source) -> Option<f64> {
+        let seen = self.seen.lock().expect("lock");
+        let deleted = *seen.deleted.get(uid)?;
+        let last = seen
+            .changes
+            .iter()
+            .rfind(|(at, s, u, _)| *s == source && u == uid && *at <= deleted);
+        Some(match last {
+            Some((at, _, _, false)) => deleted.duration_since(*at).as_secs_f64(),
+            _ => -1.0,
+        })
+    }
+
+    /// When pod `uid` was last seen entering the ready addresses of `source`, if it was.
+    pub fn entered(&self, uid: &str, source: Source) -> Option<Instant> {
+        let seen = self.seen.lock().expect("lock");
+        seen.changes
+            .iter()
+            .filter(|(_, s, u, entered)| *s == source && u == uid && *entered)
+            .map(|(at, ..)| *at)
+            .next_back()
+    }
+
+    /// When pod `uid` was last seen leaving the ready addresses of `source`, if it was.
+    pub fn left(&self, uid: &str, source: Source) -> Option<Instant> {
+        let seen = self.seen.lock().expect("lock");
+        seen.changes
+            .iter()
+            .filter(|(_, s, u, entered)| *s == source && u == uid && !*entered)
+            .map(|(at, ..)| *at)
+            .next_back()
+    }
+
+    /// When the deletion of pod `uid` was first seen, if it was.
+    pub fn deletion(&self, uid: &str) -> Option<Instant> {
+        self.seen.lock().expect("lock").deleted.get(uid).copied()
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.tasks) == 1 {
+            for t in self.tasks.iter() {
+                t.abort();
+            }
+        }
+    }
+}
