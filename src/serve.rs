@@ -128,7 +128,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .as_ref()
         .map(|c| Caches::start_with(c, registration.reports()));
     let mut settings = args.rules.settings();
-    settings.serving_gate = args.endpoints_interceptor;
+    // Offline, nothing would set a gate's condition: pods would never become Ready.
+    settings.serving_gate = args.endpoints_interceptor && client.is_some();
     if settings.own_user.is_none() && client.is_some() {
         settings.own_user = crate::cluster::identity::own_user(args.kubeconfig.as_deref()).await;
     }

@@ -6,8 +6,8 @@
 //! immutable):
 //! - P9 a pod whose interceptor annotation names `endpoints.evictord.dev` gets the gate (a JSON
 //!   patch), unless it has it already; when this evictord runs without the interceptor
-//!   (`--endpoints-interceptor=false`) it gets none, and a warning says so (a gate nobody takes
-//!   away is harmless, but the pod would then wait for its delay only).
+//!   (`--endpoints-interceptor=false`, or offline: then nothing would set the gate's condition
+//!   and the pod would never become Ready) it gets none, and a warning says so.
 //! - P10 (a warning, never a denial) its `evictord.dev/deregistration-delay`, when set, is a
 //!   duration of at most an hour; otherwise the default delay applies, and the warning says so.
 //!
@@ -117,8 +117,8 @@ fn p9_gate(pod: &GatedPod, settings: &Settings) -> Result<Option<PatchOperation>
     if !settings.serving_gate {
         return Err(format!(
             "the pod declares {ENDPOINTS_INTERCEPTOR} but this evictord runs without it \
-             (--endpoints-interceptor=false): no {SERVING_CONDITION} readiness gate was added, so \
-             an eviction will not take the pod out of its Services first (rule P9)"
+             (--endpoints-interceptor=false, or offline): no {SERVING_CONDITION} readiness gate was \
+             added, so an eviction will not take the pod out of its Services first (rule P9)"
         ));
     }
     let gate = json!({"conditionType": SERVING_CONDITION});
@@ -187,7 +187,7 @@ mod tests {
     #[case::p9_already_there(Some(BOTH), Some(&["evictord.dev/serving"][..]), true, &["evictord.dev/serving"][..], None)]
     #[case::p9_not_declared(Some("deployment.apps.k8s.io"), None, true, &[][..], None)]
     #[case::p9_no_annotation(None, None, true, &[][..], None)]
-    #[case::p9_interceptor_off(Some(BOTH), None, false, &[][..], Some("runs without it (--endpoints-interceptor=false)"))]
+    #[case::p9_interceptor_off(Some(BOTH), None, false, &[][..], Some("runs without it (--endpoints-interceptor=false, or offline)"))]
     fn p9_rows(
         #[case] interceptors: Option<&str>,
         #[case] gates: Option<&[&str]>,

@@ -77,8 +77,9 @@ pub struct Settings {
     /// The user name evictord's own API calls arrive under (rule S7 lets it write every entry);
     /// `None` when unknown (then no request counts as evictord's).
     pub own_user: Option<String>,
-    /// Whether the `endpoints.evictord.dev` interceptor runs (`--endpoints-interceptor`): rule P9
-    /// adds the `evictord.dev/serving` readiness gate only then.
+    /// Whether the `endpoints.evictord.dev` interceptor runs (`--endpoints-interceptor`, and a
+    /// cluster to keep the gate in): rule P9 adds the `evictord.dev/serving` readiness gate only
+    /// then.
     pub serving_gate: bool,
     /// `--deregistration-delay` (default 30 s): the delay of a pod without a valid
     /// `evictord.dev/deregistration-delay` (rule P10 names it).
