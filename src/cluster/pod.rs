@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -252,30 +252,14 @@ fn has_empty_dir<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 }
 
 fn has_serving_gate<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    /// A readiness gate, of which only the condition type is read.
-    #[derive(Deserialize)]
-    struct Gate {
-        #[serde(default, rename = "conditionType")]
-        condition_type: String,
-    }
-    let gates = Option::<Vec<Gate>>::deserialize(d)?.unwrap_or_default();
+    let gates = Option::<Vec<PodReadinessGate>>::deserialize(d)?.unwrap_or_default();
     Ok(gates.iter().any(|g| g.condition_type == SERVING_CONDITION))
 }
 
 fn serving_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    /// A pod condition, of which only the type and status are read.
-    #[derive(Deserialize)]
-    struct Condition {
-        #[serde(default, rename = "type")]
-        type_: String,
-        #[serde(default)]
-        status: String,
-    }
-    let conditions = Option::<Vec<Condition>>::deserialize(d)?.unwrap_or_default();
-    Ok(conditions
-        .iter()
-        .find(|c| c.type_ == SERVING_CONDITION)
-        .map(|c| c.status == "True"))
+    let conditions = Option::<Vec<PodCondition>>::deserialize(d)?.unwrap_or_default();
+    let serving = conditions.iter().find(|c| c.type_ == SERVING_CONDITION);
+    Ok(serving.map(|c| c.status == "True"))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -555,23 +539,34 @@ mod tests {
     }
 
     /// SPEC 6.4: the gate and its condition are read from the lists, which are not kept.
-    #[rstest::rstest]
-    #[case::none(serde_json::json!({"metadata": {"name": "p"}}), false, None)]
-    #[case::other_gate(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "x.example.com/ready"}]}}), false, None)]
-    #[case::gated_not_seen(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "x.example.com/ready"}, {"conditionType": "evictord.dev/serving"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "False"}]}}), true, None)]
-    #[case::serving(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "evictord.dev/serving"}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "evictord.dev/serving", "status": "True", "reason": "Serving"}]}}), true, Some(true))]
-    #[case::leaving(serde_json::json!({"metadata": {"name": "p"}, "spec": {"readinessGates": [{"conditionType": "evictord.dev/serving"}]},
-        "status": {"conditions": [{"type": "evictord.dev/serving", "status": "False", "lastProbeTime": null}]}}), true, Some(false))]
-    fn serving_gate_rows(
-        #[case] pod: serde_json::Value,
-        #[case] gate: bool,
-        #[case] serving: Option<bool>,
-    ) {
-        let pod: CachedPod = serde_json::from_value(pod).unwrap();
-        let pod = pod.trim();
-        assert_eq!((pod.spec.serving_gate, pod.status.serving), (gate, serving));
+    #[test]
+    fn the_serving_gate_and_its_condition_are_decoded() {
+        let (x, serving) = ("x.example.com/ready", SERVING_CONDITION);
+        for (gates, conditions, expected) in [
+            (vec![], vec![], (false, None)),
+            (vec![x], vec![("Ready", "True")], (false, None)),
+            (vec![x, serving], vec![("Ready", "False")], (true, None)),
+            (
+                vec![serving],
+                vec![("Ready", "True"), (serving, "True")],
+                (true, Some(true)),
+            ),
+            (vec![serving], vec![(serving, "False")], (true, Some(false))),
+        ] {
+            let gates: Vec<_> = gates
+                .iter()
+                .map(|g| serde_json::json!({"conditionType": g}))
+                .collect();
+            let conditions: Vec<_> = (conditions.iter())
+                .map(|(t, s)| serde_json::json!({"type": t, "status": s, "lastProbeTime": null}))
+                .collect();
+            let pod: CachedPod =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": "p"},
+                "spec": {"readinessGates": gates}, "status": {"conditions": conditions}}))
+                .unwrap();
+            let pod = pod.trim();
+            assert_eq!((pod.spec.serving_gate, pod.status.serving), expected);
+        }
     }
 
     /// SPEC 6.2: what `kubectl drain` checks before it deletes a pod.
