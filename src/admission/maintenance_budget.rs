@@ -44,7 +44,8 @@ pub fn review_maintenance_budget(
     let mut verdict = Verdict::allow();
     let spec = &new.spec;
     let results = [
-        (old.is_none_or(|o| o.node_selector != spec.node_selector)).then(|| mb1_node_selector(spec)),
+        (old.is_none_or(|o| o.node_selector != spec.node_selector))
+            .then(|| mb1_node_selector(spec)),
         (old.is_none_or(|o| o.max_unavailable != spec.max_unavailable))
             .then(|| mb2_max_unavailable(spec)),
         (old.is_none_or(|o| o.windows != spec.windows)).then(|| mb3_windows(spec)),

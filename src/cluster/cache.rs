@@ -29,8 +29,8 @@ use super::CachedPod;
 use super::budget::Budgets;
 use crate::api::{
     EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION, EvictionInterceptor, EvictionRequest,
-    MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget,
-    NODE_AGENT_ANNOTATION, NodeMaintenance, Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
+    MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget, NODE_AGENT_ANNOTATION, NodeMaintenance,
+    Registration, UNSCHEDULABLE_BEFORE_ANNOTATION,
 };
 
 /// Capacity of each change channel; a controller that lags further behind skips to the latest
