@@ -125,3 +125,37 @@ older than 1.27 (which has no such field).
 {{- define "evictord.matchConditions" -}}
 {{- if and .Values.webhook.matchConditions.enabled (semverCompare ">=1.27.0-0" .Capabilities.KubeVersion.Version) }}true{{- end }}
 {{- end }}
+
+{{/*
+Name of the node agent's ServiceAccount: <fullname>-node-agent unless named.
+*/}}
+{{- define "evictord.nodeAgentServiceAccountName" -}}
+{{- if not .Values.nodeAgent.serviceAccount.create }}
+{{- required "nodeAgent.serviceAccount.name is required when nodeAgent.serviceAccount.create is false" .Values.nodeAgent.serviceAccount.name }}
+{{- else }}
+{{- default (printf "%s-node-agent" (include "evictord.fullname" .)) .Values.nodeAgent.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+apiVersion of FlowSchema and PriorityLevelConfiguration: the newest the server serves, from the
+discovered API list (where helm has one: `helm install`, `helm template --api-versions`), else
+from the server's version: v1 from 1.29, v1beta3 from 1.26, v1beta2 from 1.23, v1beta1 before
+(1.20 serves v1alpha1 and v1beta1). The list is asked for "<group>/<version>/<Kind>": discovery
+names kinds, while helm's built-in default list (`helm template` without a cluster) holds every
+group/version the helm binary knows, whatever `--kube-version` says.
+*/}}
+{{- define "evictord.flowcontrolAPIVersion" -}}
+{{- $g := "flowcontrol.apiserver.k8s.io" -}}
+{{- $has := .Capabilities.APIVersions -}}
+{{- $kube := .Capabilities.KubeVersion.Version -}}
+{{- if $has.Has (printf "%s/v1/FlowSchema" $g) }}{{ $g }}/v1
+{{- else if $has.Has (printf "%s/v1beta3/FlowSchema" $g) }}{{ $g }}/v1beta3
+{{- else if $has.Has (printf "%s/v1beta2/FlowSchema" $g) }}{{ $g }}/v1beta2
+{{- else if $has.Has (printf "%s/v1beta1/FlowSchema" $g) }}{{ $g }}/v1beta1
+{{- else if semverCompare ">=1.29.0-0" $kube }}{{ $g }}/v1
+{{- else if semverCompare ">=1.26.0-0" $kube }}{{ $g }}/v1beta3
+{{- else if semverCompare ">=1.23.0-0" $kube }}{{ $g }}/v1beta2
+{{- else }}{{ $g }}/v1beta1
+{{- end }}
+{{- end }}
