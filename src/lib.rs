@@ -11,6 +11,7 @@ pub mod controller;
 pub mod disruption;
 pub mod drain;
 pub mod interceptor;
+pub mod kube_client;
 pub mod metrics;
 pub mod node_agent;
 pub mod plugin;

@@ -87,6 +87,21 @@ pub struct StageLabel {
     pub stage: &'static str,
 }
 
+/// Labels of `evictord_kube_api_requests_total` (see [`crate::kube_client`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeApiRequestLabels {
+    /// `webhook`, `controller`, `interceptor`, `node-agent`, `plugin`.
+    pub component: &'static str,
+    /// kube-apiserver's verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`.
+    pub verb: &'static str,
+    /// The resource's plural with its subresource (`pods/eviction`), or the path's first
+    /// segment outside the resource paths (`/version`, `/apis`).
+    pub resource: String,
+    /// The HTTP status code, or `error` when no response came.
+    pub code: String,
+}
+
 /// The `result` values of `evictionrequest_controller_imperative_evictions`.
 pub const IMPERATIVE_EVICTION_RESULTS: &[&str] =
     &["success", "pod_gone", "too_many_requests", "failure"];
@@ -201,6 +216,8 @@ pub struct Metrics {
     /// `canceled` (the eviction was canceled), `refused` (still refused after
     /// `--serving-restore-after`).
     pub serving_gate_writes: Family<ResultLabel, Counter>,
+    /// evictord's own Kubernetes API requests by component, verb, resource and code.
+    pub kube_api_requests: Family<KubeApiRequestLabels, Counter>,
     registry: Registry,
 }
 
@@ -253,6 +270,7 @@ impl Metrics {
             endpoints_pods: Family::default(),
             endpoints_time_to_leave: Histogram::new(exponential_buckets(0.25, 2.0, 12)),
             serving_gate_writes: Family::default(),
+            kube_api_requests: Family::default(),
             registry: Registry::default(),
         };
         m.zero_series();
@@ -426,6 +444,11 @@ impl Metrics {
             "evictord_serving_gate_writes",
             "evictord.dev/serving set True by the keeper, by result",
             m.serving_gate_writes.clone(),
+        );
+        r.register(
+            "evictord_kube_api_requests",
+            "evictord's own Kubernetes API requests by component, verb, resource and HTTP status code",
+            m.kube_api_requests.clone(),
         );
         m
     }

@@ -23,6 +23,7 @@ use crate::interceptor::kubelet::report::Context;
 use crate::interceptor::kubelet::store::Store;
 use crate::interceptor::kubelet::{POLL, keeper};
 use crate::interceptor::{Runner, Settings};
+use crate::kube_client::Component;
 use crate::serve::{connect, metrics_text, wait_for_signal};
 
 async fn livez() -> &'static str {
@@ -46,9 +47,15 @@ async fn readyz(State(ready): State<Arc<AtomicBool>>) -> (StatusCode, &'static s
 /// When no cluster is reachable, the static pod directory cannot be used or the probe address
 /// cannot be bound.
 pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
-    let client = connect(args.kubeconfig.as_deref()).await?.context(
-        "the node agent needs a cluster: no kubeconfig or in-cluster configuration works",
-    )?;
+    // The user agent names the node: the agents share a ServiceAccount.
+    let client = connect(
+        args.kubeconfig.as_deref(),
+        Some(args.node_name.clone()),
+        Component::NodeAgent,
+    )
+    .await?
+    .context("the node agent needs a cluster: no kubeconfig or in-cluster configuration works")?
+    .client(Component::NodeAgent);
     let store = Store::new(&args.static_pod_path);
     // Fail early on a directory the agent cannot write (creates the held directory).
     let dir = store.clone();

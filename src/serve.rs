@@ -13,21 +13,27 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
-use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::admission::http::AdmissionState;
 use crate::cli::ServeArgs;
 use crate::cluster::{Authorizer, Caches, LiveContext};
+use crate::kube_client::{Component, KubeClients, replica_identity};
 use crate::metrics::metrics;
 
-/// Connects to the cluster. An explicit `--kubeconfig` must work; otherwise the inferred
-/// configuration is tried and, when it fails, `None` means offline mode.
+/// Connects to the cluster, with clients whose user agents name `identity` (see
+/// [`crate::kube_client`]); `probe_as` is the component that asks for kube-apiserver's version
+/// first. An explicit `--kubeconfig` must work; otherwise the inferred configuration is tried
+/// and, when it fails, `None` means offline mode.
 ///
 /// # Errors
 /// When an explicitly given kubeconfig cannot be loaded or its server cannot be reached.
-pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Option<Client>> {
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    identity: Option<String>,
+    probe_as: Component,
+) -> anyhow::Result<Option<KubeClients>> {
     let explicit = kubeconfig.is_some();
     let config = match kubeconfig {
         Some(path) => {
@@ -52,11 +58,12 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Opt
     // webhook's failurePolicy.
     let mut config = config;
     config.default_retry = false;
-    let client = Client::try_from(config).context("building the Kubernetes client")?;
+    let clients = KubeClients::new(config, identity).context("building the Kubernetes client")?;
+    let client = clients.client(probe_as);
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
         Ok(Ok(v)) => {
             info!(version = %v.git_version, "connected to kube-apiserver");
-            Ok(Some(client))
+            Ok(Some(clients))
         }
         Ok(Err(e)) if explicit => {
             Err(e).context("kube-apiserver from --kubeconfig is not reachable")
@@ -111,7 +118,15 @@ pub async fn metrics_text() -> impl IntoResponse {
 /// When the cluster from `--kubeconfig` is unreachable, the certificates cannot be obtained, or
 /// an address cannot be bound.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let client = connect(args.kubeconfig.as_deref()).await?;
+    let clients = connect(
+        args.kubeconfig.as_deref(),
+        Some(replica_identity()),
+        Component::Webhook,
+    )
+    .await?;
+    // One client per component, on one connection pool.
+    let client = clients.as_ref().map(|c| c.client(Component::Webhook));
+    let controller_client = clients.as_ref().map(|c| c.client(Component::Controller));
     if client.is_none() {
         warn!(
             "OFFLINE MODE: no cluster configuration works; serving only the admission rules that need no cluster \
@@ -124,7 +139,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let rustls = RustlsConfig::from_config(tls.server_config()?);
 
     let registration = args.rules.interceptor_registration;
-    let caches = client
+    // The watch caches are the controllers' (CONVENTIONS 4); the webhook reads them.
+    let caches = controller_client
         .as_ref()
         .map(|c| Caches::start_with(c, registration.reports()));
     let mut settings = args.rules.settings();
@@ -185,7 +201,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cert_task = tokio::spawn(crate::certs::keep_fresh(tls, rustls, shutdown.clone()));
 
     // On every replica: a gated pod must never wait for a leader to become Ready (SPEC 6.4).
-    let keeper = match (&client, &caches) {
+    let keeper = match (&controller_client, &caches) {
         (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::serving_keeper::run(
             Arc::new(crate::controller::serving_keeper::Context {
                 client: c.clone(),
@@ -200,7 +216,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ))),
         _ => None,
     };
-    let controllers = match (&client, &caches) {
+    let controllers = match (&clients, &caches) {
         (Some(c), Some(caches)) => Some(tokio::spawn(crate::controller::run(
             c.clone(),
             caches.clone(),

@@ -111,8 +111,8 @@ pub async fn run_while_leader<F, Fut>(
         .clone()
         .or_else(|| args.service_namespace.clone())
         .unwrap_or_else(|| "default".into());
-    let identity =
-        std::env::var("POD_NAME").unwrap_or_else(|_| format!("evictord-{}", std::process::id()));
+    // The identity the user agent names too (crate::kube_client).
+    let identity = crate::kube_client::replica_identity();
     let duration = args.lease_duration.as_secs().max(2);
     // Renew at half the duration (the fencing below stops acting at three quarters).
     let grace = (duration / 2).max(1);

@@ -22,6 +22,7 @@ use tracing::info;
 
 use crate::cli::ServeArgs;
 use crate::cluster::Caches;
+use crate::kube_client::{Component, KubeClients};
 use crate::recorder::{Recorder, reporter};
 
 /// True when a write failed because the object changed meanwhile (409 Conflict, or 422 from a
@@ -62,8 +63,10 @@ pub(crate) fn resync_ticks() -> impl futures::Stream<Item = ()> + Send + 'static
 }
 
 /// Runs the enabled controllers until `shutdown` (on the leader only, with leader election).
+/// The controllers and leader election use the `controller` client of `clients`, the
+/// interceptors the `interceptor` one.
 pub async fn run(
-    client: Client,
+    clients: KubeClients,
     caches: Arc<Caches>,
     args: ServeArgs,
     shutdown: CancellationToken,
@@ -72,19 +75,34 @@ pub async fn run(
         info!("controllers disabled (--controllers=none)");
         return;
     }
+    let client = clients.client(Component::Controller);
+    let interceptors = clients.client(Component::Interceptor);
     if args.leader_election {
         let election = args.clone();
         leader::run_while_leader(client.clone(), &election, shutdown, move |term| {
-            start(client.clone(), caches.clone(), args.clone(), term)
+            start(
+                client.clone(),
+                interceptors.clone(),
+                caches.clone(),
+                args.clone(),
+                term,
+            )
         })
         .await;
     } else {
-        start(client, caches, args, shutdown).await;
+        start(client, interceptors, caches, args, shutdown).await;
     }
 }
 
-/// Starts the enabled controllers and waits for them to stop (on `term`).
-async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: CancellationToken) {
+/// Starts the enabled controllers and waits for them to stop (on `term`); the interceptors
+/// send their requests with `interceptors`.
+async fn start(
+    client: Client,
+    interceptors: Client,
+    caches: Arc<Caches>,
+    args: ServeArgs,
+    term: CancellationToken,
+) {
     let mut tasks = Vec::new();
     let events = EventQueue::start(Recorder::new(client.clone(), reporter("evictord")));
     if args.controller_enabled("evictionrequest") {
@@ -144,9 +162,12 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
     }
     // One HorizontalPodAutoscaler cache for the Deployment and HPA interceptors.
     let (autoscaling, autoscalers) = if args.deployment_interceptor || args.hpa_interceptor {
-        let version = crate::interceptor::hpa::discover_version(&client).await;
-        let cache =
-            crate::interceptor::autoscalers::Autoscalers::start(&client, version, term.clone());
+        let version = crate::interceptor::hpa::discover_version(&interceptors).await;
+        let cache = crate::interceptor::autoscalers::Autoscalers::start(
+            &interceptors,
+            version,
+            term.clone(),
+        );
         (version, cache)
     } else {
         (None, crate::interceptor::autoscalers::Autoscalers::none())
@@ -163,7 +184,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         };
         info!("starting the deployment.apps.k8s.io interceptor");
         tasks.push(tokio::spawn(crate::interceptor::deployment::run(
-            client.clone(),
+            interceptors.clone(),
             settings,
             autoscalers.clone(),
             deployments,
@@ -178,7 +199,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         };
         info!("starting the daemonset.apps.k8s.io interceptor");
         tasks.push(tokio::spawn(crate::interceptor::daemonset::run(
-            client.clone(),
+            interceptors.clone(),
             settings,
             term.clone(),
         )));
@@ -195,7 +216,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         };
         info!("starting the endpoints.evictord.dev interceptor");
         tasks.push(tokio::spawn(crate::interceptor::endpoints::run(
-            client.clone(),
+            interceptors.clone(),
             settings,
             endpoints,
             term.clone(),
@@ -209,7 +230,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         };
         info!("starting the horizontalpodautoscaler.autoscaling.k8s.io interceptor");
         tasks.push(tokio::spawn(crate::interceptor::hpa::run(
-            client.clone(),
+            interceptors.clone(),
             settings,
             autoscaling,
             autoscalers,
@@ -218,7 +239,7 @@ async fn start(client: Client, caches: Arc<Caches>, args: ServeArgs, term: Cance
         )));
     }
     if let Some(deployments) = deployments {
-        deployments.start(&client, term.clone());
+        deployments.start(&interceptors, term.clone());
     }
     for t in tasks {
         let _ = t.await;

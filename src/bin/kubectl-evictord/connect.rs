@@ -3,6 +3,7 @@
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use evictord::kube_client::{Component, KubeClients};
 use evictord::plugin::{Error, Result};
 
 use crate::cli::Connection;
@@ -32,6 +33,8 @@ pub async fn connect(c: &Connection) -> Result<(Client, String)> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))?;
+    let client = KubeClients::new(config, None)
+        .map_err(|e| Error::Kubeconfig(e.to_string()))?
+        .client(Component::Plugin);
     Ok((client, namespace))
 }
