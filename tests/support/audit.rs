@@ -242,3 +242,72 @@ impl EvictionLedger {
         );
     }
 }
+
+/// One request in the audit log of every request
+/// ([`super::control_plane::cluster_with_request_audit`]).
+#[derive(Clone, Debug)]
+pub struct AuditedRequest {
+    /// Who made the request: the impersonated user if any, else the authenticated one.
+    pub user: String,
+    /// The `User-Agent` the client sent (empty when none).
+    pub user_agent: String,
+    /// kube-apiserver's verb (`get`, `list`, `watch`, `create`...).
+    pub verb: String,
+    /// The resource as `evictord_kube_api_requests_total` names it: the plural with its
+    /// subresource (`pods/eviction`), or for a request outside the resource paths the first
+    /// segment of its path (`/version`, `/apis`).
+    pub resource: String,
+    /// HTTP status code of the answer (0 when the log has none).
+    pub code: u16,
+}
+
+/// The requests in the audit log at `path`, each once (at its last stage: a watch is logged
+/// when its answer starts and again when it ends).
+pub fn requests(path: &Path) -> Vec<AuditedRequest> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()));
+    let mut by_id: BTreeMap<String, AuditedRequest> = BTreeMap::new();
+    for event in text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    {
+        let Some(id) = event["auditID"].as_str() else {
+            continue;
+        };
+        let object = &event["objectRef"];
+        let resource = match (object["resource"].as_str(), object["subresource"].as_str()) {
+            (Some(r), Some(s)) if !r.is_empty() && !s.is_empty() => format!("{r}/{s}"),
+            (Some(r), _) if !r.is_empty() => r.to_string(),
+            _ => {
+                let uri = event["requestURI"].as_str().unwrap_or_default();
+                let path = uri.split('?').next().unwrap_or_default();
+                format!(
+                    "/{}",
+                    path.trim_matches('/').split('/').next().unwrap_or_default()
+                )
+            }
+        };
+        let code = match event["stage"].as_str() {
+            Some("Panic") => 500,
+            _ => event["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(0),
+        };
+        by_id.insert(
+            id.to_string(),
+            AuditedRequest {
+                user: event["impersonatedUser"]["username"]
+                    .as_str()
+                    .or(event["user"]["username"].as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                user_agent: event["userAgent"].as_str().unwrap_or_default().to_string(),
+                verb: event["verb"].as_str().unwrap_or_default().to_string(),
+                resource,
+                code,
+            },
+        );
+    }
+    by_id.into_values().collect()
+}

@@ -3,7 +3,8 @@
 //! webhook plugins. One control plane per test binary; a watchdog process stops it when the test
 //! binary exits, even after a panic. Fault tests can restart kube-apiserver and pause etcd
 //! ([`TestCluster::restart_apiserver`], [`TestCluster::pause_etcd`]), and opt into an audit log
-//! of the Eviction API calls ([`cluster_with_eviction_audit`]).
+//! of the Eviction API calls ([`cluster_with_eviction_audit`]) or of every request
+//! ([`cluster_with_request_audit`]).
 //!
 //! Binaries come from `$KUBEBUILDER_ASSETS` (set by `make test` from `tests/tools/envtest.sh`).
 
@@ -36,6 +37,9 @@ pub struct TestCluster {
     /// kube-apiserver's audit log of Eviction API calls (JSON lines), when the control plane was
     /// started by [`cluster_with_eviction_audit`].
     pub eviction_audit: Option<PathBuf>,
+    /// kube-apiserver's audit log of every request at the Metadata level (JSON lines), when the
+    /// control plane was started by [`cluster_with_request_audit`].
+    pub request_audit: Option<PathBuf>,
     /// The etcd and kube-apiserver processes, and how kube-apiserver is started again.
     processes: Mutex<Processes>,
 }
@@ -52,6 +56,7 @@ static CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
 static ENDPOINT_CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 static EVICTION_AUDIT: AtomicBool = AtomicBool::new(false);
+static REQUEST_AUDIT: AtomicBool = AtomicBool::new(false);
 
 /// How long kube-apiserver may take to stop after SIGTERM before it gets SIGKILL.
 pub const APISERVER_STOP_BOUND: Duration = Duration::from_secs(30);
@@ -88,6 +93,29 @@ rules:
   - group: \"\"
     resources: [pods/eviction]
 - level: None
+";
+
+/// The control plane of this test binary with kube-apiserver writing every request at the
+/// Metadata level (who, user agent, verb, resource, status code; no bodies) to an audit log
+/// ([`TestCluster::request_audit`]). Opt-in, and only as the first use of the control plane in
+/// the test binary: other binaries run without it.
+pub async fn cluster_with_request_audit() -> &'static TestCluster {
+    REQUEST_AUDIT.store(true, Ordering::SeqCst);
+    let c = cluster().await;
+    assert!(
+        c.request_audit.is_some(),
+        "the control plane of this test binary was started before cluster_with_request_audit()"
+    );
+    c
+}
+
+/// kube-apiserver's audit policy for [`cluster_with_request_audit`]: every request, metadata
+/// only.
+const REQUEST_AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
 ";
 
 /// The control plane of this test binary with a kube-controller-manager running the workload
@@ -460,9 +488,16 @@ async fn start() -> TestCluster {
         "--endpoint-reconciler-type=none".into(),
         "--allow-privileged=true".into(),
     ];
-    let eviction_audit = EVICTION_AUDIT.load(Ordering::SeqCst).then(|| {
-        write(&dir.join("audit-policy.yaml"), EVICTION_AUDIT_POLICY);
-        let log = dir.join("audit-evictions.log");
+    // Every request's audit holds the Eviction API calls too: one log serves both.
+    let every_request = REQUEST_AUDIT.load(Ordering::SeqCst);
+    let audit = (every_request || EVICTION_AUDIT.load(Ordering::SeqCst)).then(|| {
+        let (policy, log) = if every_request {
+            (REQUEST_AUDIT_POLICY, "audit.log")
+        } else {
+            (EVICTION_AUDIT_POLICY, "audit-evictions.log")
+        };
+        write(&dir.join("audit-policy.yaml"), policy);
+        let log = dir.join(log);
         apiserver_args.extend([
             format!("--audit-policy-file={}", d("audit-policy.yaml")),
             format!("--audit-log-path={}", log.display()),
@@ -472,6 +507,10 @@ async fn start() -> TestCluster {
         ]);
         log
     });
+    let eviction_audit = audit
+        .clone()
+        .filter(|_| EVICTION_AUDIT.load(Ordering::SeqCst));
+    let request_audit = audit.filter(|_| every_request);
     let apiserver = spawn_apiserver(&assets, &apiserver_args, &dir);
     write_pids(&dir, &[etcd.id(), apiserver.id()]);
     watchdog(&dir);
@@ -493,6 +532,7 @@ async fn start() -> TestCluster {
         server,
         assets,
         eviction_audit,
+        request_audit,
         processes: Mutex::new(Processes {
             etcd,
             apiserver: Some(apiserver),
