@@ -228,6 +228,31 @@ pub struct ServeArgs {
     /// Rule settings.
     #[command(flatten)]
     pub rules: RuleArgs,
+    /// Client-side rate limit of the Kubernetes API requests.
+    #[command(flatten)]
+    pub kube_api: KubeApiArgs,
+}
+
+/// The client-side rate limit of a process's Kubernetes API requests, all components together
+/// (`evictord serve`, `evictord node-agent`).
+#[derive(Debug, Clone, Args)]
+pub struct KubeApiArgs {
+    /// Kubernetes API requests per second this process sends at most on average, all components
+    /// together (a token bucket, as kube-controller-manager's `--kube-api-qps`; a watch takes one
+    /// token when it starts). 0: no limit.
+    #[arg(long, default_value_t = 0.0)]
+    pub kube_api_qps: f64,
+    /// Kubernetes API requests this process may send at once (the bucket's size, as
+    /// kube-controller-manager's `--kube-api-burst`). Unused when `--kube-api-qps` is 0.
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+}
+
+impl KubeApiArgs {
+    /// The limit, `None` when `--kube-api-qps` is 0.
+    pub fn rate_limit(&self) -> Option<crate::kube_client::RateLimit> {
+        crate::kube_client::RateLimit::from_flags(self.kube_api_qps, self.kube_api_burst)
+    }
 }
 
 impl ServeArgs {
@@ -270,6 +295,9 @@ pub struct NodeAgentArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Client-side rate limit of the Kubernetes API requests.
+    #[command(flatten)]
+    pub kube_api: KubeApiArgs,
 }
 
 /// `evictord webhook-config`.

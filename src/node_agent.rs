@@ -51,6 +51,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     let client = connect(
         args.kubeconfig.as_deref(),
         Some(args.node_name.clone()),
+        &args.kube_api,
         Component::NodeAgent,
     )
     .await?

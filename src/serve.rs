@@ -17,14 +17,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::admission::http::AdmissionState;
-use crate::cli::ServeArgs;
+use crate::cli::{KubeApiArgs, ServeArgs};
 use crate::cluster::{Authorizer, Caches, LiveContext};
 use crate::kube_client::{Component, KubeClients, replica_identity};
 use crate::metrics::metrics;
 
 /// Connects to the cluster, with clients whose user agents name `identity` (see
-/// [`crate::kube_client`]); `probe_as` is the component that asks for kube-apiserver's version
-/// first. An explicit `--kubeconfig` must work; otherwise the inferred configuration is tried
+/// [`crate::kube_client`]) and whose requests `api` limits; `probe_as` is the component that
+/// asks for kube-apiserver's version first. An explicit `--kubeconfig` must work; otherwise the inferred configuration is tried
 /// and, when it fails, `None` means offline mode.
 ///
 /// # Errors
@@ -32,6 +32,7 @@ use crate::metrics::metrics;
 pub async fn connect(
     kubeconfig: Option<&std::path::Path>,
     identity: Option<String>,
+    api: &KubeApiArgs,
     probe_as: Component,
 ) -> anyhow::Result<Option<KubeClients>> {
     let explicit = kubeconfig.is_some();
@@ -58,7 +59,8 @@ pub async fn connect(
     // webhook's failurePolicy.
     let mut config = config;
     config.default_retry = false;
-    let clients = KubeClients::new(config, identity).context("building the Kubernetes client")?;
+    let clients = KubeClients::new(config, identity, api.rate_limit())
+        .context("building the Kubernetes client")?;
     let client = clients.client(probe_as);
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
         Ok(Ok(v)) => {
@@ -121,6 +123,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let clients = connect(
         args.kubeconfig.as_deref(),
         Some(replica_identity()),
+        &args.kube_api,
         Component::Webhook,
     )
     .await?;

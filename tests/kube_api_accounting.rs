@@ -4,13 +4,14 @@
 //! (impersonated), so every request it makes is found in the log whatever client made it; each
 //! carries `evictord/<version> (<component>; <replica>)`, and `evictord_kube_api_requests_total`
 //! agrees with the log request for request, by component, verb, resource and code. The node
-//! agent and the plugin name themselves too.
+//! agent and the plugin name themselves too. evictord runs with `--kube-api-qps` and
+//! `--kube-api-burst`, and the log shows it never sent more than they allow in any second.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::Pod;
@@ -31,6 +32,10 @@ const T: Duration = Duration::from_secs(60);
 const REPLICA: &str = "evictord-accounting-0";
 /// The user `evictord serve` runs as (impersonated, bound to cluster-admin).
 const USER: &str = "evictord-accounting";
+/// evictord's client-side rate limit: low enough that its start (discovery, the caches' lists
+/// and watches, the interceptors', leader election: about 30 requests) needs it.
+const QPS: usize = 5;
+const BURST: usize = 5;
 
 fn user_agent(component: &str, identity: Option<&str>) -> String {
     let version = env!("CARGO_PKG_VERSION");
@@ -150,7 +155,11 @@ async fn every_request_names_its_component_and_is_counted() {
     let ns = c.namespace("accounting").await;
 
     let mut args = FAST.to_vec();
-    args.push("--leader-election");
+    let (qps, burst) = (
+        format!("--kube-api-qps={QPS}"),
+        format!("--kube-api-burst={BURST}"),
+    );
+    args.extend(["--leader-election", &qps, &burst]);
     let e = Evictord::spawn(
         c,
         &args,
@@ -254,6 +263,28 @@ async fn every_request_names_its_component_and_is_counted() {
     assert!(
         evictions.len() == 1 && evictions[0].user_agent == serve[1].1 && evictions[0].code == 201,
         "{evictions:#?}"
+    );
+
+    // No second with more requests than the rate limit allows (a little slack for the time
+    // between sending and kube-apiserver's receiving).
+    let mut sent: Vec<SystemTime> = audit
+        .iter()
+        .filter(|r| r.user == USER)
+        .map(|r| r.received)
+        .collect();
+    sent.sort();
+    let busiest = sent
+        .iter()
+        .map(|t| {
+            sent.iter()
+                .filter(|u| *u >= t && u.duration_since(*t).unwrap() < Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or_default();
+    assert!(
+        busiest <= BURST + QPS + 2,
+        "{busiest} requests within a second, with --kube-api-qps={QPS} --kube-api-burst={BURST}"
     );
 
     // The counters agree with the audit log, request for request.

@@ -15,6 +15,7 @@
 //! identity for `evictord serve` (its pod name, `POD_NAME`), the node's name for the node agent,
 //! and absent for the kubectl plugin.
 
+mod rate_limit;
 mod request_kind;
 
 use std::task::{Context, Poll};
@@ -27,6 +28,7 @@ use kube::Client;
 use kube::client::{Body, ClientBuilder};
 use tower::{Layer, Service};
 
+pub use self::rate_limit::{RateLimit, RateLimitLayer, TokenBucket};
 pub use self::request_kind::{RequestKind, classify};
 use crate::metrics::{KubeApiRequestLabels, metrics};
 
@@ -93,7 +95,7 @@ pub fn replica_identity() -> String {
         .unwrap_or_else(|| format!("evictord-{}", std::process::id()))
 }
 
-/// The clients of one process: one connection pool,
+/// The clients of one process: one connection pool and one client-side rate limit (when set),
 /// shared by the [`Client`]s [`KubeClients::client`] builds for each component.
 #[derive(Clone)]
 pub struct KubeClients {
@@ -102,12 +104,21 @@ pub struct KubeClients {
 }
 
 impl KubeClients {
-    /// The clients of `config`, whose user agents name `identity`.
+    /// The clients of `config`, whose user agents name `identity`, their requests held to
+    /// `limit` all together.
     ///
     /// # Errors
     /// When kube-rs cannot build a client from `config` (TLS, credentials).
-    pub fn new(config: kube::Config, identity: Option<String>) -> kube::Result<Self> {
-        let shared = ClientBuilder::try_from(config)?.build();
+    pub fn new(
+        config: kube::Config,
+        identity: Option<String>,
+        limit: Option<RateLimit>,
+    ) -> kube::Result<Self> {
+        let builder = ClientBuilder::try_from(config)?;
+        let shared = match limit {
+            Some(limit) => builder.with_layer(&RateLimitLayer(limit)).build(),
+            None => builder.build(),
+        };
         Ok(Self { shared, identity })
     }
 

@@ -259,6 +259,8 @@ pub struct AuditedRequest {
     pub resource: String,
     /// HTTP status code of the answer (0 when the log has none).
     pub code: u16,
+    /// When kube-apiserver received it.
+    pub received: SystemTime,
 }
 
 /// The requests in the audit log at `path`, each once (at its last stage: a watch is logged
@@ -306,6 +308,7 @@ pub fn requests(path: &Path) -> Vec<AuditedRequest> {
                 verb: event["verb"].as_str().unwrap_or_default().to_string(),
                 resource,
                 code,
+                received: timestamp(&event["requestReceivedTimestamp"]),
             },
         );
     }

@@ -33,7 +33,7 @@ pub async fn connect(c: &Connection) -> Result<(Client, String)> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = KubeClients::new(config, None)
+    let client = KubeClients::new(config, None, None)
         .map_err(|e| Error::Kubeconfig(e.to_string()))?
         .client(Component::Plugin);
     Ok((client, namespace))
