@@ -618,3 +618,75 @@ async fn drained_leaves_static_pods_without_a_node_agent() {
     );
     finish(&client, &ns, &[&name], &[&n]).await;
 }
+
+/// A request the maintenance creates carries its pod's labels from the start (SPEC 2.3 step 4):
+/// watched from before its creation, the request is added with them and no later version
+/// changes them, so the eviction request controller never patches it for labels.
+#[tokio::test]
+async fn requests_are_created_with_their_pod_labels() {
+    use futures::TryStreamExt;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+
+    let (client, ns) = setup("nm-labels").await;
+    let n = format!("{ns}-n");
+    node(&n).create(&client).await;
+    pod("web")
+        .on_node(&n)
+        .label("app", "web")
+        .label("tier", "front")
+        .create(&client, &ns)
+        .await;
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = Box::pin(
+        api.watch(
+            &WatchParams::default().timeout(TIMEOUT.as_secs() as u32),
+            &rv,
+        )
+        .await
+        .unwrap(),
+    );
+    let name = ns.clone();
+    maintenance(&client, &name, &[&n], Stage::Drain, &[]).await;
+
+    // Every version of the request, in order, until it is Evicted.
+    let mut versions: Vec<(&str, Option<BTreeMap<String, String>>)> = Vec::new();
+    while let Some(event) = events.try_next().await.unwrap() {
+        let (kind, r) = match event {
+            WatchEvent::Added(r) => ("ADDED", r),
+            WatchEvent::Modified(r) => ("MODIFIED", r),
+            WatchEvent::Deleted(r) => ("DELETED", r),
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("watching the requests: {e}"),
+        };
+        let evicted = r.status.as_ref().is_some_and(|s| s.is_true("Evicted"));
+        versions.push((kind, r.metadata.labels.clone()));
+        if evicted || kind == "DELETED" {
+            break;
+        }
+    }
+    let want = Some(BTreeMap::from([
+        ("app".to_string(), "web".to_string()),
+        ("tier".to_string(), "front".to_string()),
+    ]));
+    assert_eq!(
+        versions.first(),
+        Some(&("ADDED", want.clone())),
+        "the request as created: {versions:?}"
+    );
+    assert!(
+        versions.iter().all(|(_, labels)| *labels == want),
+        "labels changed after creation: {versions:?}"
+    );
+    assert!(
+        versions.len() > 1,
+        "never saw the request Evicted: {versions:?}"
+    );
+    finish(&client, &ns, &[&name], &[&n]).await;
+}

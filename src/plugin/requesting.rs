@@ -1,14 +1,22 @@
 //! `evict` and `cancel`: the EvictionRequest the plugin creates, and the requester lists it
 //! writes when joining or withdrawing.
 
+use std::collections::BTreeMap;
+
 use crate::api::{
     EvictionRequest, EvictionRequestSpec, EvictionTarget, PodReference, Requester,
     pod_owner_reference,
 };
 
 /// A new request for the pod, named after its UID, with one requester. Owned by the pod (as the
-/// controller's own requests are), so it goes with the pod.
-pub fn new_request(pod: &str, uid: &str, requester: &str) -> EvictionRequest {
+/// controller's own requests are), so it goes with the pod. It carries the pod's `labels` from
+/// its creation (SPEC 2.3 step 4), so that the controller has none to patch onto it.
+pub fn new_request(
+    pod: &str,
+    uid: &str,
+    labels: &BTreeMap<String, String>,
+    requester: &str,
+) -> EvictionRequest {
     let mut r = EvictionRequest::new(
         uid,
         EvictionRequestSpec {
@@ -25,6 +33,7 @@ pub fn new_request(pod: &str, uid: &str, requester: &str) -> EvictionRequest {
         },
     );
     r.metadata.owner_references = Some(vec![pod_owner_reference(pod, uid)]);
+    r.metadata.labels = (!labels.is_empty()).then(|| labels.clone());
     r
 }
 
@@ -90,9 +99,42 @@ mod tests {
 
     #[test]
     fn new_requests_are_named_after_the_pod_uid_and_owned_by_it() {
-        let r = new_request("web-1", "u-1", "me.example.com");
+        let r = new_request("web-1", "u-1", &BTreeMap::new(), "me.example.com");
         assert_eq!(r.metadata.name.as_deref(), Some("u-1"));
         assert_eq!(r.spec.target.pod.name, "web-1");
         assert_eq!(r.metadata.owner_references.unwrap()[0].uid, "u-1");
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[rstest]
+    #[case::no_labels(&[], None)]
+    #[case::one(&[("app", "web")], Some(vec![("app", "web")]))]
+    #[case::two(&[("app", "web"), ("tier", "front")], Some(vec![("app", "web"), ("tier", "front")]))]
+    fn new_requests_carry_the_pod_labels_so_the_controller_patches_none(
+        #[case] labels: &[(&str, &str)],
+        #[case] want: Option<Vec<(&str, &str)>>,
+    ) {
+        let labels = map(labels);
+        let r = new_request("web-1", "u-1", &labels, "me.example.com");
+        assert_eq!(r.metadata.labels, want.map(|w| map(&w)));
+        let mut pod = crate::cluster::CachedPod::default();
+        pod.metadata.name = Some("web-1".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.uid = Some("u-1".into());
+        pod.metadata.labels = Some(labels);
+        pod.status.phase = Some("Running".into());
+        let decision = crate::controller::eviction_request::decide(
+            &r,
+            Some(&pod),
+            jiff::Timestamp::UNIX_EPOCH,
+            &Default::default(),
+        );
+        assert_eq!(decision.labels, None, "labels patched after creation");
     }
 }

@@ -265,7 +265,9 @@ fn needs_refresh(r: &EvictionRequest, caller: &str, now: Timestamp, s: &Settings
     stale || recorded_caller.map(String::as_str) != Some(caller)
 }
 
-/// The request as the bridge applies it: target, its requester and the record of the call.
+/// The request as the bridge applies it: target, its requester, the record of the call and the
+/// pod's labels (SPEC 2.3 step 4), so that the controller has none to patch onto a request the
+/// bridge created.
 fn intent(pod: &CachedPod, caller: &str, now: Timestamp) -> EvictionRequest {
     let mut r = EvictionRequest::new(
         pod.uid(),
@@ -285,6 +287,7 @@ fn intent(pod: &CachedPod, caller: &str, now: Timestamp) -> EvictionRequest {
     r.metadata = ObjectMeta {
         name: Some(pod.uid().to_string()),
         namespace: Some(pod.namespace().to_string()),
+        labels: (!pod.labels().is_empty()).then(|| pod.labels().to_map()),
         annotations: Some(BTreeMap::from([
             (
                 EVICTION_API_LAST_CALL_ANNOTATION.to_string(),

@@ -334,6 +334,44 @@ fn b4_the_applied_intent_is_a_complete_object_without_status() {
     );
 }
 
+#[test]
+fn b4_every_write_carries_the_pod_labels_so_the_controller_patches_none() {
+    let labels = BTreeMap::from([
+        ("app".to_string(), "web".to_string()),
+        ("tier".to_string(), "front".to_string()),
+    ]);
+    let labeled = || {
+        let mut p = annotated();
+        p.metadata.labels = Some(labels.clone());
+        p
+    };
+    let mut canceled = request(UID)
+        .status(status().target(&[A, IMP]).condition("Canceled", "True"))
+        .build();
+    canceled.metadata.uid = Some("old-request-uid".into());
+    let joined = request(UID)
+        .status(status().target(&[A, IMP]).active(&[A]).activated(A, -90))
+        .build();
+    let rows = [
+        ("create", case(labeled()), Some(&labels)),
+        ("join", case(labeled()).request(joined), Some(&labels)),
+        ("replace", case(labeled()).request(canceled), Some(&labels)),
+        ("create, pod without labels", case(annotated()), None),
+    ];
+    for (name, c, want) in rows {
+        let (BridgeWrite::Apply(r) | BridgeWrite::Replace { request: r, .. }) =
+            c.decide().write.expect("a write");
+        assert_eq!(r.metadata.labels.as_ref(), want, "{name}");
+        let pod = c.pod.found().expect("pod");
+        let decision =
+            crate::controller::eviction_request::decide(&r, Some(pod), now(), &Default::default());
+        assert_eq!(
+            decision.labels, None,
+            "{name}: labels patched after the write"
+        );
+    }
+}
+
 /// Every outcome is reported under a label the metrics create at zero.
 #[test]
 fn outcome_labels_are_the_zeroed_ones() {

@@ -78,11 +78,12 @@ pub async fn evict(
     };
     match existing {
         None => {
-            api.create(&PostParams::default(), &new_request(pod, &uid, requester))
-                .await
-                .map_err(|e| {
-                    api_error(Access::new("create", RESOURCE).in_namespace(namespace), e)
-                })?;
+            api.create(
+                &PostParams::default(),
+                &new_request(pod, &uid, &p.labels().to_map(), requester),
+            )
+            .await
+            .map_err(|e| api_error(Access::new("create", RESOURCE).in_namespace(namespace), e))?;
             say(format!(
                 "evictionrequest {namespace}/{uid} created for pod {pod} (requester {requester})"
             ));

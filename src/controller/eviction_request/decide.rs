@@ -210,7 +210,9 @@ fn check_requesters(d: &mut Draft<'_>) -> ControlFlow<()> {
 
 /// Step 4: the request carries the pod's labels (the pod's value wins) so that interceptors can
 /// watch requests with the label selectors they use for pods. Labels of the request's own are
-/// kept.
+/// kept. evictord's own requesters (the node maintenance controller, the Eviction API bridge,
+/// the kubectl plugin) create requests with the labels already, so this patches only requests
+/// of other requesters, or a pod relabelled since.
 fn sync_labels(d: &mut Draft<'_>, pod: &CachedPod) {
     let current = d.request.metadata.labels.clone().unwrap_or_default();
     let mut desired = current.clone();

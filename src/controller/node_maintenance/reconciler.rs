@@ -43,7 +43,7 @@ use super::writes::{self, Error};
 use crate::api::{
     CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, Stage,
 };
-use crate::cluster::{CachedPod, Caches};
+use crate::cluster::{CachedPod, Caches, PodLabels};
 use crate::drain::{DrainEvent, DrainInput, DrainOutput, MaintenanceOutput, plan_drain};
 use crate::metrics::{ControllerLabel, metrics};
 
@@ -369,19 +369,21 @@ async fn request_pods(
     mine: &MaintenanceOutput,
     pods: &[Arc<CachedPod>],
 ) -> Result<(), Error> {
-    let node_of: BTreeMap<&str, &str> = pods
-        .iter()
-        .filter_map(|p| Some((p.uid(), p.spec.node_name.as_deref()?)))
-        .collect();
+    let by_uid: BTreeMap<&str, &CachedPod> = pods.iter().map(|p| (p.uid(), &**p)).collect();
+    let no_labels = BTreeMap::new();
     let mut seen = BTreeSet::new();
     let actions: Vec<RequestAction> = mine
         .pods_to_request
         .iter()
         .filter(|p| seen.insert(p.uid.as_str()))
         .filter_map(|p| {
-            let node = node_of.get(p.uid.as_str()).copied().unwrap_or_default();
+            let cached = by_uid.get(p.uid.as_str());
+            let node = cached
+                .and_then(|c| c.spec.node_name.as_deref())
+                .unwrap_or_default();
+            let labels = cached.map_or(PodLabels::Map(&no_labels), |c| c.labels());
             let existing = ctx.caches.eviction_requests.get(Some(&p.namespace), &p.uid);
-            drain_action(p, node, existing.as_deref())
+            drain_action(p, node, labels, existing.as_deref())
         })
         .collect();
     apply_requests(ctx, &actions).await

@@ -8,12 +8,19 @@
 //!   pods are gone (to delete them once Evicted or Canceled);
 //! - a pod that another maintenance in Drain still targets keeps the request untouched: that
 //!   maintenance still asks for it.
+//!
+//! A request is created already carrying its pod's labels (SPEC 2.3 step 4), so that the
+//! eviction request controller has no labels to patch onto it afterwards.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{
-    CONDITION_CANCELED, CancellationPolicy, EvictionRequest, NODE_MAINTENANCE_REQUESTER, Requester,
+    CONDITION_CANCELED, CancellationPolicy, EvictionRequest, EvictionRequestSpec, EvictionTarget,
+    NODE_MAINTENANCE_REQUESTER, PodReference, Requester, pod_owner_reference,
 };
+use crate::cluster::PodLabels;
 use crate::drain::PodRef;
 
 pub use crate::api::REQUESTED_FOR_NODE_ANNOTATION;
@@ -27,6 +34,8 @@ pub enum RequestAction {
         pod: PodRef,
         /// Its node, recorded in [`REQUESTED_FOR_NODE_ANNOTATION`].
         node: String,
+        /// Its labels, which the request carries from its creation.
+        labels: BTreeMap<String, String>,
     },
     /// Add the requester to an existing request: write `requesters` (the cached list plus ours)
     /// only if the request is still at `resource_version`, so no other entry can be lost.
@@ -94,7 +103,38 @@ pub fn requested_for_node(r: &EvictionRequest) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Drain: for each targeted pod (with its node) and its existing request, if any:
+/// The request [`RequestAction::Create`] creates: named after the pod's UID and owned by the pod,
+/// our requester alone, the node in [`REQUESTED_FOR_NODE_ANNOTATION`] and the pod's labels.
+pub fn new_request(pod: &PodRef, node: &str, labels: &BTreeMap<String, String>) -> EvictionRequest {
+    EvictionRequest {
+        metadata: ObjectMeta {
+            name: Some(pod.uid.clone()),
+            namespace: Some(pod.namespace.clone()),
+            labels: (!labels.is_empty()).then(|| labels.clone()),
+            annotations: Some(BTreeMap::from([(
+                REQUESTED_FOR_NODE_ANNOTATION.to_string(),
+                node.to_string(),
+            )])),
+            owner_references: Some(vec![pod_owner_reference(&pod.name, &pod.uid)]),
+            ..Default::default()
+        },
+        spec: EvictionRequestSpec {
+            target: EvictionTarget {
+                pod: PodReference {
+                    name: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                },
+            },
+            requesters: vec![Requester {
+                name: NODE_MAINTENANCE_REQUESTER.to_string(),
+            }],
+            heartbeat_deadline_seconds: None,
+        },
+        status: None,
+    }
+}
+
+/// Drain: for each targeted pod (with its node and labels) and its existing request, if any:
 /// - no request → create it;
 /// - a live request without our requester → join it;
 /// - a live request with it → nothing;
@@ -104,12 +144,14 @@ pub fn requested_for_node(r: &EvictionRequest) -> Option<&str> {
 pub fn drain_action(
     pod: &PodRef,
     node: &str,
+    labels: PodLabels<'_>,
     existing: Option<&EvictionRequest>,
 ) -> Option<RequestAction> {
     let Some(r) = existing else {
         return Some(RequestAction::Create {
             pod: pod.clone(),
             node: node.to_string(),
+            labels: labels.to_map(),
         });
     };
     let (namespace, name) = ns_name(r);
@@ -214,7 +256,8 @@ pub fn complete_work<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{EvictionRequestSpec, EvictionRequestStatus};
+    use crate::api::EvictionRequestStatus;
+    use crate::cluster::CachedPod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     const OURS: &str = NODE_MAINTENANCE_REQUESTER;
@@ -279,6 +322,73 @@ mod tests {
         }
     }
 
+    fn app_web() -> BTreeMap<String, String> {
+        BTreeMap::from([("app".to_string(), "web".to_string())])
+    }
+
+    /// A cached pod `ns/p` (UID `uid-1`) with these labels, running on node `one`.
+    fn cached_pod(labels: &BTreeMap<String, String>) -> CachedPod {
+        let mut p = CachedPod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-1".into());
+        p.metadata.labels = Some(labels.clone());
+        p.spec.node_name = Some("one".into());
+        p.status.phase = Some("Running".into());
+        p
+    }
+
+    #[test]
+    fn new_requests_carry_the_pod_labels_so_step_4_patches_nothing() {
+        let rows = [
+            ("no labels", BTreeMap::new(), None),
+            ("one label", app_web(), Some(app_web())),
+            (
+                "two labels",
+                BTreeMap::from([
+                    ("app".to_string(), "web".to_string()),
+                    ("tier".to_string(), "front".to_string()),
+                ]),
+                Some(BTreeMap::from([
+                    ("app".to_string(), "web".to_string()),
+                    ("tier".to_string(), "front".to_string()),
+                ])),
+            ),
+        ];
+        for (name, labels, want) in rows {
+            let r = new_request(&pod(), "one", &labels);
+            assert_eq!(r.metadata.labels, want, "{name}");
+            assert_eq!(r.metadata.name.as_deref(), Some("uid-1"), "{name}");
+            assert_eq!(r.metadata.namespace.as_deref(), Some("ns"), "{name}");
+            assert_eq!(requested_for_node(&r), Some("one"), "{name}");
+            assert_eq!(requester_names(&r), [OURS], "{name}");
+            let owner = &r.metadata.owner_references.as_ref().unwrap()[0];
+            assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Pod", "uid-1"));
+            assert_eq!(
+                (
+                    r.spec.target.pod.name.as_str(),
+                    r.spec.target.pod.uid.as_str()
+                ),
+                ("p", "uid-1")
+            );
+            // The eviction request controller's first look (SPEC 2.3 step 4) finds the labels.
+            let decision = crate::controller::eviction_request::decide(
+                &r,
+                Some(&cached_pod(&labels)),
+                jiff::Timestamp::UNIX_EPOCH,
+                &Default::default(),
+            );
+            assert_eq!(
+                decision.labels, None,
+                "{name}: labels patched after creation"
+            );
+        }
+    }
+
+    fn requester_names(r: &EvictionRequest) -> Vec<&str> {
+        r.spec.requesters.iter().map(|q| q.name.as_str()).collect()
+    }
+
     fn names(list: &[&str]) -> Vec<Requester> {
         list.iter()
             .map(|n| Requester {
@@ -317,6 +427,7 @@ mod tests {
         let create = Some(RequestAction::Create {
             pod: pod(),
             node: "one".into(),
+            labels: app_web(),
         });
         let rows = [
             ("no request: create", None, create),
@@ -348,7 +459,7 @@ mod tests {
         ];
         for (name, existing, want) in rows {
             assert_eq!(
-                drain_action(&pod(), "one", existing.as_ref()),
+                drain_action(&pod(), "one", PodLabels::Map(&app_web()), existing.as_ref()),
                 want,
                 "{name}"
             );

@@ -4,20 +4,16 @@
 //! `resourceVersion` it was computed from, so a concurrent writer makes it fail (and the
 //! maintenance is reconciled again) instead of being overwritten.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::cordon::NodePatch;
-use super::requests::{REQUESTED_FOR_NODE_ANNOTATION, RequestAction};
+use super::requests::{RequestAction, new_request};
 use crate::api::{
-    EvictionRequest, EvictionRequestSpec, EvictionTarget, MaintenanceBudget,
-    MaintenanceBudgetStatus, NODE_MAINTENANCE_REQUESTER, NodeMaintenance, NodeMaintenanceStatus,
-    PodReference, Requester, Stage, pod_owner_reference,
+    EvictionRequest, MaintenanceBudget, MaintenanceBudgetStatus, NodeMaintenance,
+    NodeMaintenanceStatus, Stage,
 };
 
 /// A failed write (retried by the controller's error policy).
@@ -199,33 +195,9 @@ pub async fn patch_node(client: &Client, node: &Node, change: &NodePatch) -> Res
 /// deleted meanwhile, is not an error: the next reconciliation sees it in the cache.
 pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Result<(), Error> {
     match action {
-        RequestAction::Create { pod, node } => {
+        RequestAction::Create { pod, node, labels } => {
             let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &pod.namespace);
-            let request = EvictionRequest {
-                metadata: ObjectMeta {
-                    name: Some(pod.uid.clone()),
-                    namespace: Some(pod.namespace.clone()),
-                    annotations: Some(BTreeMap::from([(
-                        REQUESTED_FOR_NODE_ANNOTATION.to_string(),
-                        node.clone(),
-                    )])),
-                    owner_references: Some(vec![pod_owner_reference(&pod.name, &pod.uid)]),
-                    ..Default::default()
-                },
-                spec: EvictionRequestSpec {
-                    target: EvictionTarget {
-                        pod: PodReference {
-                            name: pod.name.clone(),
-                            uid: pod.uid.clone(),
-                        },
-                    },
-                    requesters: vec![Requester {
-                        name: NODE_MAINTENANCE_REQUESTER.to_string(),
-                    }],
-                    heartbeat_deadline_seconds: None,
-                },
-                status: None,
-            };
+            let request = new_request(pod, node, labels);
             match api.create(&PostParams::default(), &request).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
