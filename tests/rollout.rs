@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use evictord::api::{
     MaintenanceBudget, NodeMaintenance, ROLLOUT_STEP_ANNOTATION, UNSCHEDULABLE_BEFORE_ANNOTATION,
@@ -26,6 +26,27 @@ use support::fixtures::{node, pod};
 use support::plugin::{T, plugin, plugin_command, setup, text};
 use support::process::wait_exit;
 use support::wait::until;
+
+/// The plugin's setup, with this binary's control plane writing kube-apiserver's audit log of
+/// every request (each test starts with it, so whichever comes first starts the control plane so).
+async fn audited_setup(prefix: &str) -> (Client, String) {
+    support::control_plane::cluster_with_request_audit().await;
+    setup(prefix).await
+}
+
+/// The plugin's requests received between `from` and `to`.
+fn plugin_requests(
+    c: &support::TestCluster,
+    from: SystemTime,
+    to: SystemTime,
+) -> Vec<support::audit::AuditedRequest> {
+    let agent = format!("evictord/{} (plugin)", env!("CARGO_PKG_VERSION"));
+    let log = c.request_audit.as_ref().expect("the request audit log");
+    support::audit::requests(log)
+        .into_iter()
+        .filter(|r| r.user_agent == agent && r.received >= from && r.received <= to)
+        .collect()
+}
 
 /// How long a whole rollout run may take.
 const RUN: Duration = Duration::from_secs(180);
@@ -207,7 +228,7 @@ async fn rollout_objects(client: &Client, rollout: &str) -> (bool, usize) {
 
 #[tokio::test]
 async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
-    let (client, ns) = setup("rollout").await;
+    let (client, ns) = audited_setup("rollout").await;
     let nodes = pool(&client, &ns, "roll-a", 4).await;
     let c = support::cluster().await;
     let dir = tempfile::tempdir_in(&c.dir).unwrap();
@@ -265,6 +286,7 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
     // The first run: the first batch is drained and stepped, then waits for its reboot; the
     // plugin is killed there.
     let log1 = c.dir.join("rollout-first.log");
+    let began = SystemTime::now();
     let mut first = start(&args, &log1).await;
     until(RUN, "the first batch stepped and recorded", || async {
         let states = step_states(&client, "roll-a").await;
@@ -297,9 +319,40 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
     let log2 = c.dir.join("rollout-second.log");
     let mut second = start(&args, &log2).await;
     let code = wait_exit(&mut second, &log2, RUN).await;
+    let ended = SystemTime::now();
     let out2 = std::fs::read_to_string(&log2).unwrap();
     println!("--- second run ---\n{out2}");
     assert_eq!(code, 0, "{out2}");
+
+    // The plugin watches the nodes instead of listing them all each time it looks (it did: as
+    // many lists of every node as looks). The other tests of this binary run plugins at the same
+    // time, under the same user agent: every rollout's looks (its LIST of its maintenances) are
+    // counted against every list of all nodes.
+    let requests = plugin_requests(c, began, ended);
+    let count = |verb: &str, resource: &str, query: &str| {
+        requests
+            .iter()
+            .filter(|r| r.verb == verb && r.resource == resource && r.uri.contains(query))
+            .count()
+    };
+    let looks = count(
+        "list",
+        "nodemaintenances",
+        "labelSelector=evictord.dev%2Frollout",
+    );
+    let node_lists = requests
+        .iter()
+        .filter(|r| r.verb == "list" && r.resource == "nodes" && !r.uri.contains("labelSelector"))
+        .count();
+    let node_watches = count("watch", "nodes", "");
+    let seconds = ended.duration_since(began).unwrap().as_secs_f64();
+    println!(
+        "the plugins' requests in {seconds:.1} s: {looks} looks, {node_lists} lists of every node, {node_watches} node watches"
+    );
+    assert!(
+        node_watches >= 2 && node_lists * 2 <= looks,
+        "the plugins listed every node {node_lists} times for {looks} looks ({node_watches} node watches)"
+    );
     assert!(out2.contains("resuming rollout roll-a: 4 nodes"), "{out2}");
     assert!(
         out2.contains("rollout roll-a is done: 4 nodes stepped and given back"),
@@ -348,7 +401,7 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
 
 #[tokio::test]
 async fn a_failing_step_stops_the_rollout_and_the_same_command_carries_on() {
-    let (client, ns) = setup("rollout-fail").await;
+    let (client, ns) = audited_setup("rollout-fail").await;
     let nodes = pool(&client, &ns, "roll-b", 3).await;
     let c = support::cluster().await;
     let dir = tempfile::tempdir_in(&c.dir).unwrap();
@@ -461,7 +514,7 @@ fn ctrl_c(child: &Child) {
 
 #[tokio::test]
 async fn ctrl_c_lets_a_running_step_end_and_a_second_one_stops_it() {
-    let (client, ns) = setup("rollout-stop").await;
+    let (client, ns) = audited_setup("rollout-stop").await;
     let nodes = pool(&client, &ns, "roll-c", 2).await;
     let c = support::cluster().await;
     let dir = tempfile::tempdir_in(&c.dir).unwrap();
@@ -549,7 +602,7 @@ async fn ctrl_c_lets_a_running_step_end_and_a_second_one_stops_it() {
 #[tokio::test]
 #[ignore = "needs tmux"]
 async fn live_view_under_tmux() {
-    let (client, ns) = setup("rollout-tmux").await;
+    let (client, ns) = audited_setup("rollout-tmux").await;
     pool(&client, &ns, "roll-t", 4).await;
     let c = support::cluster().await;
     let kubectl = support::tools::kubectl_command(c, &[])

@@ -261,6 +261,8 @@ pub struct AuditedRequest {
     pub code: u16,
     /// When kube-apiserver received it.
     pub received: SystemTime,
+    /// The request's URI: its path and query (a list's label selector, a watch's parameters).
+    pub uri: String,
 }
 
 /// The requests in the audit log at `path`, each once (at its last stage: a watch is logged
@@ -309,6 +311,7 @@ pub fn requests(path: &Path) -> Vec<AuditedRequest> {
                 resource,
                 code,
                 received: timestamp(&event["requestReceivedTimestamp"]),
+                uri: event["requestURI"].as_str().unwrap_or_default().to_string(),
             },
         );
     }

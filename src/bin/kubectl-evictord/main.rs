@@ -22,6 +22,7 @@ mod rollout_end;
 mod rollout_state;
 mod rollout_step;
 mod rollout_view;
+mod rollout_watch;
 mod rollout_writes;
 mod show;
 

@@ -1,5 +1,6 @@
 //! `kubectl evictord rollout`: sets the rollout up (its budget, or the record of a rollout to
-//! resume), then drives it — once a second it reads the rollout's maintenances and nodes, asks
+//! resume), then drives it — when one of the rollout's maintenances or nodes changes (at least
+//! every five seconds) it reads the rollout's maintenances and nodes, asks
 //! `evictord::plugin::rollout::phase` where each node is and what to do, does it, and draws.
 //! Step processes report through a channel; Ctrl-C and the timeout stop new work
 //! (`rollout_end` says how a rollout ends).
@@ -35,11 +36,17 @@ use crate::rollout_end::{Ending, Stop, end};
 use crate::rollout_state::{RolloutArgs, Running, Snapshot, phases_of, snapshot};
 use crate::rollout_step::{StepEvent, alive, host_name, spawn};
 use crate::rollout_view::{View, draw};
+use crate::rollout_watch::Watches;
 use crate::rollout_writes as w;
 use crate::show::print_object;
 
-/// How often the cluster is read.
-const TICK: Duration = Duration::from_secs(1);
+/// How often the cluster is read when nothing woke the driver before: a change of the rollout's
+/// maintenances or nodes wakes it at once (`rollout_watch`).
+const TICK: Duration = Duration::from_secs(5);
+/// After a change wakes the driver, how long it waits for the changes that come with it.
+const SETTLE: Duration = Duration::from_millis(100);
+/// The least time between two looks that a change wakes (a step's end is looked at at once).
+const MIN_GAP: Duration = Duration::from_secs(1);
 /// How long evictord may take to report on the rollout's budget.
 const OBSERVE_WITHIN: Duration = Duration::from_secs(60);
 /// After a second Ctrl-C, how long the stopped steps may take to end.
@@ -248,8 +255,9 @@ async fn drive(
         ));
         w::wait_observed(client, name, OBSERVE_WITHIN).await?;
     }
+    let watches = Watches::start(client, name, nodes).await?;
     if a.cordon_first {
-        let s = snapshot(client, name, nodes).await?;
+        let s = snapshot(client, name, nodes, &watches).await?;
         for n in nodes {
             let done = s.maintenances.get(n).is_some_and(w::is_complete);
             if !done && s.nodes.contains_key(n) && w::cordon_first(client, n).await? {
@@ -272,7 +280,8 @@ async fn drive(
     let mut renew_at = tokio::time::Instant::now() + RENEW_EVERY;
     let mut last: Option<Snapshot> = None;
     loop {
-        match snapshot(client, name, nodes).await {
+        let looked = tokio::time::Instant::now();
+        match snapshot(client, name, nodes, &watches).await {
             Ok(s) => {
                 let phases = phases_of(&s, nodes, &running, a.reboot, &me.host);
                 draw(view, name, &s, &phases, a.reboot);
@@ -403,6 +412,13 @@ async fn drive(
                     None => {}
                 },
                 _ = &mut tick => break,
+                _ = watches.changed() => {
+                    // Let the writes that come together (a status and its node's cordon) land,
+                    // and look at most once a second while the changes keep coming.
+                    let now = tokio::time::Instant::now();
+                    tokio::time::sleep_until((now + SETTLE).max(looked + MIN_GAP)).await;
+                    break;
+                }
             }
         }
         if stop == Some(Stop::Interrupted) && running.is_empty() {

@@ -1,6 +1,6 @@
-//! What a rollout works from: the command's arguments, what it reads of the cluster each
-//! second (its budget, maintenances, nodes and step records), each node's phase from them, and the
-//! per-node summary.
+//! What a rollout works from: the command's arguments, what it reads of the cluster each time it
+//! looks (its budget, maintenances and step records; its nodes from the watch's store), each
+//! node's phase from them, and the per-node summary.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,8 +19,8 @@ use evictord::plugin::rollout::step::StepRecord;
 use evictord::plugin::rollout::summary::NodeSummary;
 use evictord::plugin::{Error, Result};
 
-use crate::read;
 use crate::rollout_step::{StepProcess, alive};
+use crate::rollout_watch::Watches;
 use crate::rollout_writes as w;
 
 /// The running steps, by node: when they started and their process.
@@ -54,7 +54,7 @@ pub struct RolloutArgs {
     pub command: String,
 }
 
-/// What the rollout reads each second.
+/// What the rollout reads each time it looks.
 pub struct Snapshot {
     /// Its budget.
     pub budget: Option<MaintenanceBudget>,
@@ -66,7 +66,12 @@ pub struct Snapshot {
     pub records: BTreeMap<String, StepRecord>,
 }
 
-pub async fn snapshot(client: &Client, rollout: &str, nodes: &[String]) -> Result<Snapshot> {
+pub async fn snapshot(
+    client: &Client,
+    rollout: &str,
+    nodes: &[String],
+    watches: &Watches,
+) -> Result<Snapshot> {
     let wanted: BTreeSet<&String> = nodes.iter().collect();
     let mut maintenances = BTreeMap::new();
     let mut records = BTreeMap::new();
@@ -79,8 +84,8 @@ pub async fn snapshot(client: &Client, rollout: &str, nodes: &[String]) -> Resul
         }
         maintenances.insert(node, nm);
     }
-    let nodes = read::all_nodes(client)
-        .await?
+    let nodes = watches
+        .nodes()
         .into_iter()
         .filter_map(|n| {
             let name = n.metadata.name.clone()?;
