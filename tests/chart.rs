@@ -465,6 +465,102 @@ fn deployment_args(docs: &[serde_norway::Value]) -> Vec<String> {
         .collect()
 }
 
+/// The container arguments of the node agent's DaemonSet.
+fn node_agent_args(docs: &[serde_norway::Value]) -> Vec<String> {
+    let d = docs.iter().find(|d| kind(d) == "DaemonSet").unwrap();
+    d["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn rate_limit_flags(args: &[String]) -> Vec<&str> {
+    args.iter()
+        .map(String::as_str)
+        .filter(|a| a.starts_with("--kube-api-"))
+        .collect()
+}
+
+/// `kubernetesAPI.qps` / `.burst` and `nodeAgent.kubernetesAPI.qps` / `.burst` become
+/// `--kube-api-qps` / `--kube-api-burst` of `evictord serve` and `evictord node-agent`, only when
+/// a qps is set (the defaults leave the binary's: no limit); a qps from `--set` (a string when it
+/// has a fraction) renders as given and the binary takes it; nonsense is refused by the schema.
+#[test]
+fn kube_api_rate_limit_values_become_the_flags() {
+    let agent_on = ["--set", "nodeAgent.enabled=true"];
+    let out = render_with("evictord", "evictord-system", &agent_on);
+    let docs = documents(&ok("helm template (defaults, node agent on)", &out));
+    assert_eq!(
+        rate_limit_flags(&deployment_args(&docs)),
+        Vec::<&str>::new()
+    );
+    assert_eq!(
+        rate_limit_flags(&node_agent_args(&docs)),
+        Vec::<&str>::new()
+    );
+
+    let full = full_values();
+    let docs = documents(&render("evictord", "evictord-system", Some(&full), None));
+    assert_eq!(
+        rate_limit_flags(&deployment_args(&docs)),
+        ["--kube-api-qps=50", "--kube-api-burst=200"]
+    );
+    assert_eq!(
+        rate_limit_flags(&node_agent_args(&docs)),
+        ["--kube-api-qps=2.5", "--kube-api-burst=10"]
+    );
+
+    let set = [
+        "--set",
+        "nodeAgent.enabled=true",
+        "--set",
+        "kubernetesAPI.qps=0.5",
+        "--set",
+        "nodeAgent.kubernetesAPI.qps=3",
+        "--set",
+        "nodeAgent.kubernetesAPI.burst=1000",
+    ];
+    let docs = documents(&ok(
+        "helm template --set ...qps",
+        &render_with("evictord", "evictord-system", &set),
+    ));
+    let serve = deployment_args(&docs);
+    assert_eq!(
+        rate_limit_flags(&serve),
+        ["--kube-api-qps=0.5", "--kube-api-burst=100"]
+    );
+    assert_eq!(
+        rate_limit_flags(&node_agent_args(&docs)),
+        ["--kube-api-qps=3", "--kube-api-burst=1000"]
+    );
+    // The binary takes them (a clap error exits 2; the unreadable kubeconfig exits 1).
+    let out = std::process::Command::new(support::evictord::BIN)
+        .args(&serve)
+        .env("EVICTORD_KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .expect("running evictord");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "evictord {serve:?}:\n{stderr}");
+    assert!(stderr.contains("reading kubeconfig"), "{stderr}");
+
+    for (set, message) in [
+        ("kubernetesAPI.qps=-1", "/kubernetesAPI/qps"),
+        ("kubernetesAPI.qps=fast", "/kubernetesAPI/qps"),
+        ("kubernetesAPI.burst=0", "/kubernetesAPI/burst"),
+        (
+            "nodeAgent.kubernetesAPI.burst=0",
+            "/nodeAgent/kubernetesAPI/burst",
+        ),
+    ] {
+        let out = render_with("evictord", "evictord-system", &["--set", set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        assert!(stderr.contains(message), "--set {set}: {stderr}");
+    }
+}
+
 #[tokio::test]
 async fn default_values_apply_to_the_real_control_plane() {
     let c = support::cluster().await;
