@@ -275,3 +275,49 @@ async fn a_daemonset_pod_no_maintenance_targets_stays() {
         "the pod stays"
     );
 }
+
+/// kube-apiserver's count of `GET daemonsets`, every answer.
+async fn daemonset_gets(client: &Client) -> f64 {
+    let prefix = format!("{}|GET daemonsets ", support::apiserver::REQUESTS);
+    support::apiserver::counters(client)
+        .await
+        .expect("apiserver /metrics")
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// The interceptor reads DaemonSets (and NodeMaintenances and nodes) from watch caches, not once
+/// per look: a drain that removes one DaemonSet pod and keeps another costs kube-apiserver no
+/// `GET` of a DaemonSet. Nothing else here GETs DaemonSets (kube-controller-manager watches them;
+/// the other tests of this binary, running beside, drain through the same interceptor).
+#[tokio::test]
+async fn the_interceptor_reads_daemonsets_from_its_cache() {
+    let (client, ns) = setup("ds-reads").await;
+    let s = DaemonSetScenario::start(client.clone(), &ns).await;
+    let one = s.one.clone();
+    s.daemonset("logs", false, 0).await;
+    s.daemonset("everywhere", true, 0).await;
+    s.wait_running_on("logs", &[&one, &s.two]).await;
+    let everywhere = s.wait_running_on("everywhere", &[&one, &s.two]).await;
+    let before = daemonset_gets(&client).await;
+
+    let nm = format!("{ns}-nm");
+    s.maintenance(&nm, &[&one]).await;
+    s.wait_drained(&nm, Duration::from_secs(120)).await;
+    assert!(
+        !s.running("logs").await.contains_key(&one),
+        "the logs pod removed"
+    );
+    assert_eq!(
+        s.running("everywhere").await.get(&one),
+        everywhere.get(&one),
+        "the tolerating pod kept"
+    );
+    let gets = daemonset_gets(&client).await - before;
+    assert_eq!(gets, 0.0, "GETs of DaemonSets during the drain");
+
+    s.complete(&nm).await;
+    s.wait_running_on("logs", &[&one, &s.two]).await;
+}

@@ -1,6 +1,9 @@
 //! The I/O shell of the DaemonSet interceptor: read the facts ([`Facts`]: the maintenances, the
-//! DaemonSet's template, the node's taints), take [`on_activation`]'s step, delete the pod when
-//! it says so, and record an event on the DaemonSet.
+//! DaemonSet's template, the node's taints) from its watch caches ([`Caches`]; live what they
+//! miss, as a recent write may not have reached them), take [`on_activation`]'s step, delete the pod when it says so, and
+//! record an event on the DaemonSet.
+
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -9,6 +12,7 @@ use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
+use super::caches::Caches;
 use super::decide::{Facts, Step, on_activation, on_gone};
 use super::{Error, NAME};
 use crate::api::taint::{has_maintenance_taint, tolerates_maintenance_taint};
@@ -21,6 +25,7 @@ use crate::recorder::{Event, EventType, Recorder, reporter};
 /// The `daemonset.apps.k8s.io` interceptor.
 pub struct DaemonSetInterceptor {
     client: Client,
+    caches: Caches,
     recorder: Recorder,
 }
 
@@ -31,7 +36,6 @@ fn count(result: &'static str) {
         .inc();
 }
 
-/// The name of the DaemonSet that controls `pod`, if one does.
 /// The message of this interceptor's entry in the request, if any.
 fn recorded(request: &EvictionRequest) -> Option<String> {
     request
@@ -41,6 +45,7 @@ fn recorded(request: &EvictionRequest) -> Option<String> {
         .and_then(|e| e.message.clone())
 }
 
+/// The name of the DaemonSet that controls `pod`, if one does.
 fn daemonset_of(pod: &Pod) -> Option<String> {
     pod.owner_references()
         .iter()
@@ -49,19 +54,23 @@ fn daemonset_of(pod: &Pod) -> Option<String> {
 }
 
 impl DaemonSetInterceptor {
-    /// The interceptor, writing with `client`.
-    pub fn new(client: Client) -> Self {
+    /// The interceptor, reading from `caches` and writing with `client`.
+    pub fn new(client: Client, caches: Caches) -> Self {
         Self {
             recorder: Recorder::new(client.clone(), reporter("evictord")),
             client,
+            caches,
         }
     }
 
+    /// The facts of a look, read from the watch caches. A cache can only lag behind: what it
+    /// misses that a recent write may have put there (a maintenance targeting the pod, the
+    /// DaemonSet, the taint on the node) is read live before the step is decided on its absence.
     async fn facts(
         &self,
         request: &EvictionRequest,
         pod: &Pod,
-    ) -> Result<(Facts, Option<DaemonSet>), Error> {
+    ) -> Result<(Facts, Option<Arc<DaemonSet>>), Error> {
         let ns = pod.namespace().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
         let node = spec.node_name.clone().unwrap_or_default();
@@ -83,46 +92,74 @@ impl DaemonSetInterceptor {
         if facts.deleting_since.is_some() {
             return Ok((facts, None));
         }
-        let maintenances: Api<NodeMaintenance> = Api::all(self.client.clone());
-        let all = maintenances
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| Error::Read("NodeMaintenances".into(), e))?;
         let labels = pod.labels().clone();
-        facts.maintenance = targeting(
-            &all.items,
-            &node,
-            PodType::DaemonSet,
-            spec.priority.unwrap_or(0),
-            &labels,
-        )
-        .map(|m| (m.name_any(), m.spec.reason.clone()));
+        let target = |all: &[Arc<NodeMaintenance>]| {
+            targeting(
+                all.iter().map(|m| &**m),
+                &node,
+                PodType::DaemonSet,
+                spec.priority.unwrap_or(0),
+                &labels,
+            )
+            .map(|m| (m.name_any(), m.spec.reason.clone()))
+        };
+        facts.maintenance = self.caches.maintenances().and_then(|all| target(&all));
+        if facts.maintenance.is_none() {
+            facts.maintenance = target(&self.live_maintenances().await?);
+        }
         if facts.maintenance.is_none() {
             return Ok((facts, None));
         }
-        let sets: Api<DaemonSet> = Api::namespaced(self.client.clone(), &ns);
-        let ds = sets
-            .get_opt(&ds_name)
-            .await
-            .map_err(|e| Error::Read(format!("DaemonSet {ds_name}"), e))?;
+        let ds = match self.caches.daemonset(&ns, &ds_name).flatten() {
+            Some(cached) => Some(cached),
+            None => self.live_daemonset(&ns, &ds_name).await?,
+        };
         facts.tolerates_taint = ds.as_ref().map(|d| {
-            let template = d.spec.template.spec.as_ref();
             tolerates_maintenance_taint(
-                template
+                d.spec
+                    .template
+                    .spec
+                    .as_ref()
                     .and_then(|s| s.tolerations.as_deref())
                     .unwrap_or_default(),
             )
         });
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let n = nodes
-            .get_opt(&node)
-            .await
-            .map_err(|e| Error::Read(format!("Node {node}"), e))?;
-        facts.node_tainted = n
-            .and_then(|n| n.spec)
-            .and_then(|s| s.taints)
-            .is_some_and(|t| has_maintenance_taint(&t));
+        let tainted = |n: Option<Arc<Node>>| {
+            n.and_then(|n| n.spec.as_ref().and_then(|s| s.taints.clone()))
+                .is_some_and(|t| has_maintenance_taint(&t))
+        };
+        facts.node_tainted = tainted(self.caches.node(&node).flatten());
+        if !facts.node_tainted {
+            facts.node_tainted = tainted(self.live_node(&node).await?);
+        }
         Ok((facts, ds))
+    }
+
+    async fn live_maintenances(&self) -> Result<Vec<Arc<NodeMaintenance>>, Error> {
+        let api: Api<NodeMaintenance> = Api::all(self.client.clone());
+        let all = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::Read("NodeMaintenances".into(), e))?;
+        Ok(all.items.into_iter().map(Arc::new).collect())
+    }
+
+    async fn live_daemonset(&self, ns: &str, name: &str) -> Result<Option<Arc<DaemonSet>>, Error> {
+        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), ns);
+        let ds = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Read(format!("DaemonSet {name}"), e))?;
+        Ok(ds.map(Arc::new))
+    }
+
+    async fn live_node(&self, name: &str) -> Result<Option<Arc<Node>>, Error> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let n = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Read(format!("Node {name}"), e))?;
+        Ok(n.map(Arc::new))
     }
 
     async fn step(&self, request: &EvictionRequest, pod: &Pod) -> Result<Progress, Error> {

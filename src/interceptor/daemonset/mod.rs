@@ -14,10 +14,11 @@
 //! targets (another requester, or a maintenance whose plan has not reached it): complete at once
 //! with the reason; the Eviction API then declines it, as it always did.
 //!
-//! It keeps no state: the maintenance's status, the taint on the node and the pod's deletion are
-//! the record, so a restarted or newly elected evictord carries on. Built only on
+//! It keeps no state of its own (its watch caches mirror the cluster): the maintenance's status,
+//! the taint on the node and the pod's deletion are the record, so a restarted or newly elected evictord carries on. Built only on
 //! [`crate::interceptor`], shared pure modules and the Kubernetes API (convention 16).
 
+mod caches;
 pub mod decide;
 mod interceptor;
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
+pub use caches::Caches;
 pub use interceptor::DaemonSetInterceptor;
 
 use crate::interceptor::{Runner, Settings};
@@ -52,8 +54,9 @@ pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken
         poll_interval: POLL,
         ..settings
     };
+    let caches = Caches::start(&client, &shutdown);
     Runner::new(client.clone(), settings)
-        .run(DaemonSetInterceptor::new(client), async move {
+        .run(DaemonSetInterceptor::new(client, caches), async move {
             shutdown.cancelled().await
         })
         .await;
