@@ -17,8 +17,11 @@
 //! - it looks at a request in progress again every poll interval, and at once when a wake names
 //!   it ([`Runner::run_woken`]; an interceptor waiting on another object registers the request
 //!   in [`Waiters`] and feeds that object's changes to [`Waiters::woken_by`]);
-//! - it keeps no state in memory: everything is read back from the request's status, so a
-//!   restarted process carries on where the last one stopped;
+//! - it reads the target pod from a watch cache ([`PodCache`]: the pods of the nodes its requests'
+//!   pods run on), live only when the cache lacks the pod, instead of a GET per look (it needs
+//!   `list` and `watch` on pods for that; without, it reads each pod live, as before);
+//! - it keeps no state in memory but caches: everything is read back from the request's status,
+//!   so a restarted process carries on where the last one stopped;
 //! - it registers the interceptor ([`registration`], SPEC 5.5): creates its `EvictionInterceptor`
 //!   when none exists and renews the object's status heartbeat while it runs.
 //!
@@ -67,11 +70,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod pods;
 mod progress;
 pub mod registration;
 mod runner;
 mod waiters;
 
+pub use pods::PodCache;
 pub use progress::{
     EntryPatch, Progress, Settings, heartbeat_due, next_wakeup, next_write, whole_seconds,
 };

@@ -10,12 +10,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info_span, warn};
 
+use crate::pods::PodCache;
 use crate::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
 use crate::registration::{DEFAULT_RENEWAL, keep_registered};
 use evictord_api::{EvictionRequest, ServiceAccountReference};
@@ -83,17 +84,24 @@ pub struct Runner {
     register: bool,
     service_accounts: Option<Vec<ServiceAccountReference>>,
     renewal: std::time::Duration,
+    pods: Option<PodCache>,
+    /// The cache of EvictionRequests the runner's watch fills ([`Runner::requests`]); the
+    /// writer is taken by the first run.
+    requests: Store<EvictionRequest>,
+    writer: Arc<std::sync::Mutex<Option<Writer<EvictionRequest>>>>,
 }
 
 struct Context<I> {
     client: Client,
     settings: Settings,
     interceptor: I,
+    pods: PodCache,
 }
 
 impl Runner {
     /// A runner for the requests of every namespace.
     pub fn new(client: Client, settings: Settings) -> Self {
+        let writer = Writer::default();
         Self {
             client,
             settings,
@@ -101,7 +109,24 @@ impl Runner {
             register: true,
             service_accounts: None,
             renewal: DEFAULT_RENEWAL,
+            pods: None,
+            requests: writer.as_reader(),
+            writer: Arc::new(std::sync::Mutex::new(Some(writer))),
         }
+    }
+
+    /// The runner's watch cache of the EvictionRequests it watches, filled once it runs: for
+    /// whoever else in the process reads requests (evictord's settlers). Like any cache it can
+    /// be behind; an object it lacks may exist.
+    pub fn requests(&self) -> Store<EvictionRequest> {
+        self.requests.clone()
+    }
+
+    /// Reads the target pods from `pods` (shared with other runners or readers of the process)
+    /// instead of a cache of its own (default: one of the runner's namespace, or all).
+    pub fn pods(mut self, pods: PodCache) -> Self {
+        self.pods = Some(pods);
+        self
     }
 
     /// The service accounts to register the interceptor with, when the runner creates its
@@ -131,7 +156,8 @@ impl Runner {
         self
     }
 
-    /// Runs `interceptor` until `shutdown` completes.
+    /// Runs `interceptor` until `shutdown` completes (a runner runs once: the cache of
+    /// [`Runner::requests`] is filled by its first run).
     pub async fn run<I: Interceptor>(
         self,
         interceptor: I,
@@ -165,12 +191,29 @@ impl Runner {
                 stop.clone(),
             ))
         });
+        let pods = self
+            .pods
+            .unwrap_or_else(|| PodCache::with_namespace(self.client.clone(), self.namespace));
         let ctx = Arc::new(Context {
             client: self.client,
             settings: self.settings,
             interceptor,
+            pods,
         });
-        Controller::new(api, watcher::Config::default().any_semantic())
+        // The writer of `requests`; a second run of a clone of this runner fills a cache of
+        // its own.
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        let store = writer.as_reader();
+        let changes = watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        Controller::for_stream(changes, store)
             .reconcile_on(wakes)
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, ctx)
@@ -234,12 +277,12 @@ async fn reconcile_inner<I: Interceptor>(
     }
     let ns = req.namespace().unwrap_or_default();
     let target = &req.spec.target.pod;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pod = pods
-        .get_opt(&target.name)
+    // From the watch cache; live when it lacks the pod (see `PodCache`).
+    let pod = ctx
+        .pods
+        .get(&ns, &target.name, &target.uid)
         .await
-        .map_err(|e| Error::Pod(target.name.clone(), e))?
-        .filter(|p| p.metadata.uid.as_deref() == Some(target.uid.as_str()));
+        .map_err(|e| Error::Pod(target.name.clone(), e))?;
     if !ctx.interceptor.accepts(&req, pod.as_ref()) {
         return Ok(Action::await_change());
     }

@@ -1,0 +1,278 @@
+//! The runner's watch cache of the pods its requests target, so that a look at a request does
+//! not GET the pod each time.
+//!
+//! What it holds, for memory on a big cluster: not every pod (a cluster of 100 000 pods would
+//! cost the process gigabytes, whole pods being what [`Interceptor::progress`](crate::Interceptor)
+//! is given), and not every pod of the requests' namespaces (one namespace can hold most of a
+//! cluster), but the pods of the **nodes** the targeted pods run on: one watch per node, with the
+//! field selector `spec.nodeName=<node>`, started the first time a pod of that node is read and
+//! stopped once no read has used it for [`IDLE`]. A drain evicts a node's pods, so the cache
+//! holds about the pods of the nodes being drained (a kubelet's limit is 110), and costs one LIST
+//! and one WATCH per node instead of a GET per look.
+//!
+//! A cache can only be behind the cluster. A pod it holds with the request's UID is served from
+//! it; a pod it does not hold (a node not watched yet or not listed yet, a pod not scheduled, a
+//! pod the cache lost: deleted, or recreated under the same name) is read live, and that read
+//! starts the watch of its node. A reader that must not act on a stale absence confirms it live
+//! the same way: the cache never says "gone" without kube-apiserver saying so. It remembers the
+//! UIDs kube-apiserver said are gone (a UID never comes back), so that asking again for a pod
+//! known to be gone (a settler does, until the last pod of its surge leaves) costs nothing.
+//!
+//! A service account that may not list and watch pods gets a 403 for the watch: the cache stops
+//! watching, says so once in the log, and every read is live, as before the cache.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// How long a node's watch lives without a read using it.
+pub const IDLE: Duration = Duration::from_secs(120);
+/// How many gone UIDs are remembered before those older than [`IDLE`] are forgotten.
+const GONE_KEPT: usize = 4096;
+
+/// The pods of the nodes the reads touch (cheap to clone: clones share the watches; a runner
+/// makes its own unless given one with [`Runner::pods`](crate::Runner::pods), and several
+/// runners and settlers of one process can share one).
+#[derive(Clone)]
+pub struct PodCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    namespace: Option<String>,
+    nodes: Mutex<HashMap<String, NodeWatch>>,
+    /// The UIDs kube-apiserver said are gone (a UID is never reused), with when: a pod
+    /// confirmed gone is not read again, however often a reader asks (a settler asks for every
+    /// covered pod until the last one leaves).
+    gone: Mutex<HashMap<String, Instant>>,
+    /// The account may not list and watch pods: every read is live.
+    denied: Arc<AtomicBool>,
+    /// Stops every watch when the last clone goes.
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+struct NodeWatch {
+    store: Store<Pod>,
+    stop: CancellationToken,
+    used: Instant,
+}
+
+/// Where a read was served from (for the tests and the logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The watch cache held the pod with the UID asked for.
+    Cache,
+    /// kube-apiserver answered (the cache lacked the pod).
+    Live,
+}
+
+impl PodCache {
+    /// A cache of the pods of every namespace, read and watched with `client`.
+    pub fn new(client: Client) -> Self {
+        Self::with_namespace(client, None)
+    }
+
+    /// A cache of the pods of `namespace` only (`None`: every namespace).
+    pub fn with_namespace(client: Client, namespace: Option<String>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                namespace,
+                nodes: Mutex::default(),
+                gone: Mutex::default(),
+                denied: Arc::default(),
+                stop: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// A "cache" that reads every pod live and never watches: for an account that may only
+    /// `get` pods (evictord's node agent), where a refused watch would cost a refused LIST.
+    pub fn live_only(client: Client) -> Self {
+        let cache = Self::new(client);
+        cache.inner.denied.store(true, Ordering::Release);
+        cache
+    }
+
+    fn gone(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.inner.gone.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, HashMap<String, NodeWatch>> {
+        // Every change is one call: the map is consistent whatever a panicking holder did.
+        self.inner.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pod `name` of namespace `ns` if it exists with UID `uid` (`None`: gone, or another pod
+    /// under that name): from the cache when it holds that pod, else read live.
+    ///
+    /// # Errors
+    /// The live read failed.
+    pub async fn get(&self, ns: &str, name: &str, uid: &str) -> Result<Option<Pod>, kube::Error> {
+        Ok(self.get_from(ns, name, uid).await?.0)
+    }
+
+    /// [`PodCache::get`], and where the answer came from.
+    ///
+    /// # Errors
+    /// The live read failed.
+    pub async fn get_from(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(Option<Pod>, Source), kube::Error> {
+        if let Some(pod) = self.cached(ns, name, uid) {
+            return Ok((Some(pod), Source::Cache));
+        }
+        if self.gone().contains_key(uid) {
+            return Ok((None, Source::Cache));
+        }
+        let pod = Api::<Pod>::namespaced(self.inner.client.clone(), ns)
+            .get_opt(name)
+            .await?;
+        if let Some(node) = pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref()?.node_name.as_deref())
+        {
+            self.watch_node(node);
+        }
+        let pod = pod.filter(|p| p.metadata.uid.as_deref() == Some(uid));
+        if pod.is_none() {
+            let mut gone = self.gone();
+            let now = Instant::now();
+            if gone.len() >= GONE_KEPT {
+                gone.retain(|_, at| now.duration_since(*at) < IDLE);
+            }
+            gone.insert(uid.to_string(), now);
+        }
+        Ok((pod, Source::Live))
+    }
+
+    /// The cached pod `ns/name` with UID `uid`, if a synced watch holds it; stops the watches
+    /// idle for [`IDLE`].
+    fn cached(&self, ns: &str, name: &str, uid: &str) -> Option<Pod> {
+        let key = ObjectRef::<Pod>::new(name).within(ns);
+        let now = Instant::now();
+        let mut nodes = self.nodes();
+        nodes.retain(|node, w| {
+            let keep = now.duration_since(w.used) < IDLE;
+            if !keep {
+                debug!(node, "pod watch of node idle; stopped");
+                w.stop.cancel();
+            }
+            keep
+        });
+        nodes.values_mut().find_map(|w| {
+            // Not listed yet: read live.
+            if !matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+                return None;
+            }
+            let pod = w.store.get(&key)?;
+            w.used = now;
+            (pod.metadata.uid.as_deref() == Some(uid)).then(|| (*pod).clone())
+        })
+    }
+
+    /// How many nodes' pods are watched.
+    pub fn watched_nodes(&self) -> usize {
+        self.nodes().len()
+    }
+
+    /// Starts the watch of `node`'s pods unless it runs (or pods may not be watched).
+    fn watch_node(&self, node: &str) {
+        if self.inner.denied.load(Ordering::Acquire) {
+            return;
+        }
+        let mut nodes = self.nodes();
+        if let Some(w) = nodes.get_mut(node) {
+            w.used = Instant::now();
+            return;
+        }
+        let api: Api<Pod> = match &self.inner.namespace {
+            Some(ns) => Api::namespaced(self.inner.client.clone(), ns),
+            None => Api::all(self.inner.client.clone()),
+        };
+        let config = watcher::Config::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .any_semantic();
+        let (store, writer) = reflector::store();
+        let stream = watcher(api, config)
+            .default_backoff()
+            .modify(|p: &mut Pod| p.managed_fields_mut().clear())
+            .reflect(writer);
+        let stop = self.inner.stop.child_token();
+        tokio::spawn(drive(
+            stream,
+            node.to_string(),
+            stop.clone(),
+            self.inner.denied.clone(),
+        ));
+        debug!(node, "watching the pods of node");
+        nodes.insert(
+            node.to_string(),
+            NodeWatch {
+                store,
+                stop,
+                used: Instant::now(),
+            },
+        );
+    }
+}
+
+/// Polls one node's watch until `stop`; a 403 stops it and turns the cache to live reads.
+async fn drive(
+    stream: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
+    node: String,
+    stop: CancellationToken,
+    denied: Arc<AtomicBool>,
+) {
+    futures::pin_mut!(stream);
+    loop {
+        let item = tokio::select! {
+            () = stop.cancelled() => break,
+            item = stream.next() => item,
+        };
+        match item {
+            Some(Ok(watcher::Event::InitDone)) => debug!(node, "pod watch synced"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) if refused(&e) => {
+                if !denied.swap(true, Ordering::AcqRel) {
+                    info!(
+                        "the service account may not list and watch pods: the interceptor reads \
+                         each pod with a GET instead of a watch cache"
+                    );
+                }
+                break;
+            }
+            Some(Err(e)) => warn!(node, error = %e, "pod watch error; retrying with backoff"),
+            None => break,
+        }
+    }
+}
+
+fn refused(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    }
+}
