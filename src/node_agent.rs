@@ -147,6 +147,8 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
     let token = shutdown.clone();
     let runner = tokio::spawn(
         Runner::new(ctx.client.clone(), settings)
+            // Its ClusterRole grants `get` on pods only: no watch cache of pods.
+            .pods(crate::interceptor::PodCache::live_only(ctx.client.clone()))
             .run(KubeletInterceptor::new(ctx.clone()), async move {
                 token.cancelled().await
             }),

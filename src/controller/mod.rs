@@ -172,6 +172,9 @@ async fn start(
     } else {
         (None, crate::interceptor::autoscalers::Autoscalers::none())
     };
+    // One watch cache of pods for every interceptor's runner and the settlers: the pods of the
+    // nodes the requests' pods run on (`PodCache`).
+    let pods = crate::interceptor::PodCache::new(interceptors.clone());
     // One watch of Deployments for the Deployment interceptor's settler and both interceptors'
     // wakes, started once they have subscribed.
     let deployments = (args.deployment_interceptor || args.hpa_interceptor)
@@ -188,6 +191,7 @@ async fn start(
             settings,
             autoscalers.clone(),
             deployments,
+            pods.clone(),
             term.clone(),
         )));
     }
@@ -201,6 +205,7 @@ async fn start(
         tasks.push(tokio::spawn(crate::interceptor::daemonset::run(
             interceptors.clone(),
             settings,
+            pods.clone(),
             term.clone(),
         )));
     }
@@ -219,6 +224,7 @@ async fn start(
             interceptors.clone(),
             settings,
             endpoints,
+            pods.clone(),
             term.clone(),
         )));
     }
@@ -235,6 +241,7 @@ async fn start(
             autoscaling,
             autoscalers,
             deployments,
+            pods.clone(),
             term.clone(),
         )));
     }

@@ -14,6 +14,6 @@ pub mod kubelet;
 mod watch;
 
 pub use evictord_interceptor::{
-    BoxError, EntryPatch, Error, Interceptor, Progress, Runner, Settings, Waiters, heartbeat_due,
-    next_wakeup, next_write, registration, whole_seconds,
+    BoxError, EntryPatch, Error, Interceptor, PodCache, Progress, Runner, Settings, Waiters,
+    heartbeat_due, next_wakeup, next_write, registration, whole_seconds,
 };

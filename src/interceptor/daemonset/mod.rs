@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 pub use caches::Caches;
 pub use interceptor::DaemonSetInterceptor;
 
-use crate::interceptor::{Runner, Settings};
+use crate::interceptor::{PodCache, Runner, Settings};
 
 pub use crate::api::DAEMONSET_INTERCEPTOR as NAME;
 /// How often an active request is looked at again (a terminating pod, a taint to wait for).
@@ -48,14 +48,15 @@ pub enum Error {
 }
 
 /// Runs the interceptor until `shutdown`. `settings` are the webhook's heartbeat settings; the
-/// poll interval is [`POLL`].
-pub async fn run(client: Client, settings: Settings, shutdown: CancellationToken) {
+/// poll interval is [`POLL`]; `pods` is the interceptors' shared watch cache of pods.
+pub async fn run(client: Client, settings: Settings, pods: PodCache, shutdown: CancellationToken) {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
     let caches = Caches::start(&client, &shutdown);
     Runner::new(client.clone(), settings)
+        .pods(pods)
         .run(DaemonSetInterceptor::new(client, caches), async move {
             shutdown.cancelled().await
         })

@@ -28,7 +28,7 @@ pub(crate) use settler::fate;
 
 use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployments::DeploymentWatch;
-use crate::interceptor::{Runner, Settings, Waiters};
+use crate::interceptor::{PodCache, Runner, Settings, Waiters};
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "deployment.apps.k8s.io";
@@ -52,23 +52,27 @@ pub enum Error {
 /// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`];
 /// `autoscalers` is the shared HorizontalPodAutoscaler cache; `deployments` the shared watch of
 /// Deployments, subscribed to here (the settler's trigger, and the wakes of the requests that
-/// wait for a surge), to be started after.
+/// wait for a surge), to be started after; `pods` the interceptors' shared watch cache of pods
+/// (the runner's reads and the settler's).
 pub fn run(
     client: Client,
     settings: Settings,
     autoscalers: Autoscalers,
     deployments: &DeploymentWatch,
+    pods: PodCache,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
-    let runner = Runner::new(client.clone(), settings);
+    let runner = Runner::new(client.clone(), settings).pods(pods.clone());
     let waiters = Waiters::default();
     let wakes = deployments.wakes(&waiters);
     let settler = settler::run(
         client.clone(),
+        pods,
+        runner.requests(),
         deployments.subscribe(),
         deployments.store(),
         shutdown.clone(),

@@ -6,11 +6,10 @@
 use std::sync::Arc;
 
 use crate::recorder::Recorder;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ReflectHandle, Store};
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -20,15 +19,21 @@ use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
 use super::{Error, POLL};
 use crate::api::{CONDITION_CANCELED, EvictionRequest};
+use crate::interceptor::PodCache;
 
 struct Context {
     client: Client,
+    pods: PodCache,
+    requests: Store<EvictionRequest>,
     recorder: Recorder,
 }
 
-/// Runs the settler until `shutdown`, on the shared watch's `changes` and `store`.
+/// Runs the settler until `shutdown`, on the shared watch's `changes` and `store`, reading the
+/// covered pods from `pods` and their requests from `requests` (the runner's caches).
 pub(super) async fn run(
     client: Client,
+    pods: PodCache,
+    requests: Store<EvictionRequest>,
     changes: ReflectHandle<Deployment>,
     store: Store<Deployment>,
     shutdown: CancellationToken,
@@ -36,6 +41,8 @@ pub(super) async fn run(
     let ctx = Arc::new(Context {
         recorder: recorder(&client),
         client,
+        pods,
+        requests,
     });
     Controller::for_shared_stream(changes, store)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -58,11 +65,21 @@ fn error_policy(_d: Arc<Deployment>, error: &Error, _ctx: Arc<Context>) -> Actio
 }
 
 /// What became of pod `p` of namespace `ns` a surge covers (shared with the HPA interceptor's
-/// settler).
-pub(crate) async fn fate(client: &Client, ns: &str, p: &SurgedPod) -> Result<Fate, Error> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+/// settler), from caches that can only be behind, so that a cache never makes a settler restore
+/// too early. The pod comes from `pods`, the interceptors' watch cache, which reads it live when
+/// it lacks it: "gone" is always kube-apiserver's word, and "terminating" (a deletionTimestamp,
+/// never unset) is true once a cache has seen it. The request comes from `requests`, the
+/// runner's watch cache: "canceled" (never unset) is true once seen, "pending" at worst delays
+/// the settling to the next look, and "gone" is confirmed live.
+pub(crate) async fn fate(
+    client: &Client,
+    pods: &PodCache,
+    requests: &Store<EvictionRequest>,
+    ns: &str,
+    p: &SurgedPod,
+) -> Result<Fate, Error> {
     let pod = pods
-        .get_opt(&p.name)
+        .get(ns, &p.name, &p.uid)
         .await
         .map_err(|e| Error::Read(format!("pod {}", p.name), e))?;
     let read = pod.as_ref().map(|pod| {
@@ -74,11 +91,17 @@ pub(crate) async fn fate(client: &Client, ns: &str, p: &SurgedPod) -> Result<Fat
     if has_left(read, &p.uid) {
         return Ok(Fate::Gone);
     }
-    let requests: Api<EvictionRequest> = Api::namespaced(client.clone(), ns);
-    let request = requests
-        .get_opt(&p.uid)
-        .await
-        .map_err(|e| Error::Read(format!("EvictionRequest {}", p.uid), e))?;
+    let synced = requests.wait_until_ready().now_or_never().is_some();
+    let cached = synced
+        .then(|| requests.get(&ObjectRef::new(&p.uid).within(ns)))
+        .flatten();
+    let request = match cached {
+        Some(r) => Some((*r).clone()),
+        None => Api::<EvictionRequest>::namespaced(client.clone(), ns)
+            .get_opt(&p.uid)
+            .await
+            .map_err(|e| Error::Read(format!("EvictionRequest {}", p.uid), e))?,
+    };
     Ok(match request {
         None => Fate::Kept,
         Some(r)
@@ -100,7 +123,10 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     let ns = d.namespace().unwrap_or_default();
     let mut fates = Vec::with_capacity(record.pods.len() + record.abandoned.len());
     for p in record.pods.iter().chain(&record.abandoned) {
-        fates.push((p.clone(), fate(&ctx.client, &ns, p).await?));
+        fates.push((
+            p.clone(),
+            fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?,
+        ));
     }
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(POLL));

@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 pub use interceptor::EndpointsInterceptor;
 
-use crate::interceptor::{Runner, Settings};
+use crate::interceptor::{PodCache, Runner, Settings};
 
 pub use crate::serving::ENDPOINTS_INTERCEPTOR as NAME;
 /// How often an active request is looked at again: the delay ends within a second of its time.
@@ -87,11 +87,12 @@ pub async fn discover_versions(client: &Client) -> Versions {
 }
 
 /// Runs the interceptor until `shutdown`. `settings` are the webhook's heartbeat settings; the
-/// poll interval is [`POLL`].
+/// poll interval is [`POLL`]; `pods` is the interceptors' shared watch cache of pods.
 pub async fn run(
     client: Client,
     settings: Settings,
     endpoints: EndpointsSettings,
+    pods: PodCache,
     shutdown: CancellationToken,
 ) {
     let versions = discover_versions(&client).await;
@@ -105,6 +106,7 @@ pub async fn run(
         ..settings
     };
     Runner::new(client.clone(), settings)
+        .pods(pods)
         .run(
             EndpointsInterceptor::new(client, versions, endpoints),
             async move { shutdown.cancelled().await },

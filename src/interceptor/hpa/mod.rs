@@ -37,7 +37,7 @@ pub use interceptor::HpaInterceptor;
 
 use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployments::DeploymentWatch;
-use crate::interceptor::{Runner, Settings, Waiters};
+use crate::interceptor::{PodCache, Runner, Settings, Waiters};
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
@@ -93,13 +93,15 @@ pub fn run(
     version: Option<&'static str>,
     autoscalers: Autoscalers,
     deployments: &DeploymentWatch,
+    pods: PodCache,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let settings = Settings {
         poll_interval: POLL,
         ..settings
     };
-    let runner = Runner::new(client.clone(), settings);
+    let runner = Runner::new(client.clone(), settings).pods(pods.clone());
+    let requests = runner.requests();
     let waiters = Waiters::default();
     let wakes = deployments.wakes(&waiters);
     let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers).woken_by(waiters);
@@ -116,7 +118,7 @@ pub fn run(
             Some(v) => {
                 tokio::join!(
                     runner.run_woken(interceptor, wakes, stop),
-                    settler::run(client, v, shutdown),
+                    settler::run(client, pods, requests, v, shutdown),
                 );
             }
             None => runner.run_woken(interceptor, wakes, stop).await,

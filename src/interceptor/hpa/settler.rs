@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -19,22 +20,35 @@ use super::decide::{Settle, Taken, settle};
 use super::interceptor::{count, event, patch_autoscaler, recorder};
 use super::record::AutoscalerFacts;
 use super::{Error, POLL, discovery, is_conflict};
+use crate::api::EvictionRequest;
+use crate::interceptor::PodCache;
 use crate::interceptor::deployment::fate;
 use crate::recorder::Recorder;
 
 struct Context {
     client: Client,
+    pods: PodCache,
+    requests: Store<EvictionRequest>,
     recorder: Recorder,
     resource: ApiResource,
 }
 
-/// Runs the settler on the autoscalers of `autoscaling/{version}` until `shutdown`.
-pub(super) async fn run(client: Client, version: &str, shutdown: CancellationToken) {
+/// Runs the settler on the autoscalers of `autoscaling/{version}` until `shutdown`, reading the
+/// covered pods from `pods` and their requests from `requests` (the runner's caches).
+pub(super) async fn run(
+    client: Client,
+    pods: PodCache,
+    requests: Store<EvictionRequest>,
+    version: &str,
+    shutdown: CancellationToken,
+) {
     let resource = discovery::autoscaler_resource(version);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let ctx = Arc::new(Context {
         recorder: recorder(&client),
         client,
+        pods,
+        requests,
         resource: resource.clone(),
     });
     Controller::new_with(api, watcher::Config::default().any_semantic(), resource)
@@ -65,7 +79,10 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let ns = hpa.namespace().unwrap_or_default();
     let mut fates = Vec::with_capacity(record.pods.len() + record.abandoned.len());
     for p in record.pods.iter().chain(&record.abandoned) {
-        fates.push((p.clone(), fate(&ctx.client, &ns, p).await?));
+        fates.push((
+            p.clone(),
+            fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?,
+        ));
     }
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(POLL));

@@ -1,0 +1,103 @@
+//! What the interceptors' reads cost kube-apiserver (issue 44, reads from caches), refereed by
+//! its audit log of every request: during a surged Deployment drain (3 replicas, maxSurge 1,
+//! a PodDisruptionBudget allowing none to go), the `deployment.apps.k8s.io` interceptor and its
+//! settler (evictord's `interceptor` user agent) read the pods from the SDK runner's watch cache,
+//! with a live GET only for a pod the cache does not hold yet or to confirm one it lost; the old
+//! code GOT the pod on every look at a request and every 2 s per covered pod in the settler.
+
+mod support;
+
+use std::time::Duration;
+
+use support::audit::requests;
+use support::surge::{FLAGS, Scenario};
+
+/// evictord's interceptor component, whatever its version and replica identity.
+fn is_interceptor(user_agent: &str) -> bool {
+    user_agent.starts_with("evictord/") && user_agent.contains("(interceptor")
+}
+
+/// GETs of pods per EvictionRequest the interceptor may make in a drain: its first look at a
+/// request reads the pod live when the cache has not seen it yet, and the settler confirms live
+/// that a pod the cache lost is gone; everything else comes from the cache. (Before the cache,
+/// 3 requests cost about 30 GETs of their pods.)
+const POD_GETS_PER_REQUEST: usize = 3;
+
+/// GETs of EvictionRequests per request: the settlers read them from the runner's watch cache
+/// and confirm live only one the cache does not hold.
+const REQUEST_GETS_PER_REQUEST: usize = 1;
+
+#[tokio::test]
+async fn a_surged_drain_reads_its_pods_from_the_cache() {
+    let c = support::control_plane::cluster_with_request_audit().await;
+    support::control_plane::cluster_with_controller_manager().await;
+    support::evictord::shared(FLAGS).await;
+    let log = c.request_audit.clone().expect("audit log");
+    let client = c.client().await;
+    let ns = c.namespace("reads").await;
+    let replicas = 3;
+    let s = Scenario::start(client, &ns, replicas, 1).await;
+    let started = std::time::SystemTime::now();
+    s.drain().await;
+    s.wait_drained(Duration::from_secs(180)).await;
+    s.wait_settled_on(
+        &s.b.clone(),
+        "the Deployment back at its replicas on node b",
+    )
+    .await;
+    // The settler's last looks after the Deployment settled.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let pods_path = format!("/api/v1/namespaces/{ns}/pods/");
+    let audit = requests(&log);
+    let mine: Vec<_> = audit
+        .iter()
+        .filter(|r| is_interceptor(&r.user_agent) && r.uri.starts_with(&pods_path))
+        .collect();
+    let gets = mine
+        .iter()
+        .filter(|r| r.verb == "get" && r.resource == "pods")
+        .count();
+    let per_request = gets as f64 / f64::from(replicas);
+    println!(
+        "interceptor GETs of pods: {gets} for {replicas} EvictionRequests ({per_request:.1} per request)"
+    );
+    let requests_path = format!("/apis/evictord.dev/v1alpha1/namespaces/{ns}/evictionrequests/");
+    let request_gets: Vec<_> = audit
+        .iter()
+        .filter(|r| {
+            is_interceptor(&r.user_agent) && r.verb == "get" && r.uri.starts_with(&requests_path)
+        })
+        .collect();
+    println!(
+        "interceptor GETs of EvictionRequests: {} for {replicas} EvictionRequests",
+        request_gets.len()
+    );
+    // The watch caches' own requests, for the record (a watch is logged once it ends).
+    for r in audit.iter().filter(|r| {
+        is_interceptor(&r.user_agent)
+            && r.resource == "pods"
+            && r.uri.contains("fieldSelector")
+            && r.received >= started
+    }) {
+        println!("  {} {} {}", r.verb, r.uri, r.code);
+    }
+    assert!(
+        gets <= POD_GETS_PER_REQUEST * replicas as usize,
+        "the interceptor GOT its pods {gets} times for {replicas} EvictionRequests \
+         (budget {POD_GETS_PER_REQUEST} per request): {:#?}",
+        mine.iter()
+            .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        request_gets.len() <= REQUEST_GETS_PER_REQUEST * replicas as usize,
+        "the interceptor GOT its EvictionRequests {} times for {replicas} of them \
+         (budget {REQUEST_GETS_PER_REQUEST} per request): {:#?}",
+        request_gets.len(),
+        request_gets
+            .iter()
+            .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
+            .collect::<Vec<_>>()
+    );
+}
