@@ -73,6 +73,19 @@ async fn a_surged_drain_reads_its_pods_from_the_cache() {
         "interceptor GETs of EvictionRequests: {} for {replicas} EvictionRequests",
         request_gets.len()
     );
+    // Each look of the Deployment interceptor at a request reads the pod's ReplicaSet.
+    let looks = audit
+        .iter()
+        .filter(|r| {
+            is_interceptor(&r.user_agent)
+                && r.verb == "get"
+                && r.uri
+                    .starts_with(&format!("/apis/apps/v1/namespaces/{ns}/replicasets/"))
+        })
+        .count();
+    println!(
+        "looks of the interceptor (GETs of ReplicaSets): {looks} for {replicas} EvictionRequests"
+    );
     // The watch caches' own requests, for the record (a watch is logged once it ends).
     for r in audit.iter().filter(|r| {
         is_interceptor(&r.user_agent)
