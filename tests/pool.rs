@@ -4,17 +4,20 @@
 //! kubectl), with the availability of every workload sampled every 100 ms: no Deployment under
 //! the goal (its declared interceptors all served) loses a replica for any time, no
 //! PodDisruptionBudget floor is broken, no pod but the DaemonSet's is left on the drained
-//! nodes, and the rollout never has more nodes cordoned or held than its budget. The pool
-//! benchmark (`make bench`, part `pool`) runs the same at scale, beside `kubectl drain` alone
-//! and the script users write today. Also the table tests of the played scheduler's and
-//! kubelet's rules and of the sampler's arithmetic (`tests/support/pool/`).
+//! nodes, and the rollout never has more nodes cordoned or held than its budget. kube-apiserver
+//! writes every request to its audit log, and each drain's requests are split by client as the
+//! pool benchmark splits them: every request's client named (none unattributed), evictord's
+//! present, with the components that drain uses. The pool benchmark (`make bench`, part `pool`)
+//! runs the same at scale, beside `kubectl drain` alone and the script users write today. Also
+//! the table tests of the played scheduler's and kubelet's rules, of the sampler's arithmetic
+//! (`tests/support/pool/`) and of the split by user agent.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use evictord::api::{CONDITION_DRAINED, NodeMaintenance, ROLLOUT_LABEL};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -22,6 +25,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use support::audit::{self, ClientCounts, client_of, count_by_client, evictord_component};
 use support::pool::measure::{Availability, Samples, floor_broken};
 use support::pool::nodes::{NodeWatch, Peak, Span, held_nodes};
 use support::pool::schedule::{self, Seen, Step, Timing, Unfit};
@@ -574,6 +578,81 @@ fn a_maintenance_holds_its_admitted_nodes_until_it_gives_them_back() {
     }
 }
 
+// ---- kube-apiserver's requests by client (the pool benchmark's split) ----
+
+#[test]
+fn a_request_is_counted_for_the_client_its_user_agent_names() {
+    let cases = [
+        (
+            "evictord/0.1.0 (controller; evictord-7d9c-x2x4q)",
+            "evictord",
+            Some("controller"),
+        ),
+        (
+            "evictord/0.1.0 (node-agent; node-1)",
+            "evictord",
+            Some("node-agent"),
+        ),
+        ("evictord/0.1.0 (plugin)", "evictord", Some("plugin")),
+        (
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faddb23/deployment-controller",
+            "kube-controller-manager",
+            None,
+        ),
+        (
+            "kubectl/v1.35.2 (linux/amd64) kubernetes/abc",
+            "kubectl",
+            None,
+        ),
+        ("pool-kubelet", "pool-kubelet", None),
+        ("pool-scheduler", "pool-scheduler", None),
+        (
+            "kube-apiserver/v1.20.2 (linux/amd64) kubernetes/faddb23",
+            "kube-apiserver",
+            None,
+        ),
+        (
+            support::control_plane::HARNESS_USER_AGENT,
+            "test-harness",
+            None,
+        ),
+        ("", "other", None),
+        ("Go-http-client/2.0", "other", None),
+        // A name that only starts like evictord's is not evictord's.
+        ("evictord-bench", "other", None),
+    ];
+    for (ua, client, component) in cases {
+        assert_eq!(client_of(ua), client, "{ua:?}");
+        assert_eq!(evictord_component(ua), component, "{ua:?}");
+    }
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    let request = |ua: &str, s: u64| audit::AuditedRequest {
+        user: "admin".into(),
+        user_agent: ua.into(),
+        verb: "get".into(),
+        resource: "pods".into(),
+        code: 200,
+        received: at(s),
+        uri: "/api/v1/pods".into(),
+    };
+    let log = [
+        request("evictord/0.1.0 (controller; a)", 9),
+        request("evictord/0.1.0 (controller; a)", 10),
+        request("evictord/0.1.0 (interceptor; a)", 11),
+        request("kubectl/v1.35.2", 12),
+        request("", 13),
+        request("pool-kubelet", 21),
+    ];
+    let counts = count_by_client(&log, at(10), at(20));
+    assert_eq!(counts.total, 4);
+    assert_eq!(counts.of("evictord"), 2);
+    assert_eq!(counts.of("kubectl"), 1);
+    assert_eq!(counts.of("pool-kubelet"), 0);
+    assert_eq!(counts.evictord_by_component["controller"], 1);
+    assert_eq!(counts.evictord_by_component["interceptor"], 1);
+    assert_eq!(counts.other_user_agents[""], 1);
+}
+
 // ---- the pool on the real control plane ----
 
 /// 4 nodes, 2 drained, about 30 pods: every row of the mix.
@@ -590,7 +669,7 @@ fn small_pool(variant: Variant) -> Spec {
 }
 
 async fn settled_pool(client: &Client, ns: &str, variant: Variant) -> Pool {
-    let pool = Pool::create(client, ns, ns, &small_pool(variant))
+    let pool = Pool::create(control_plane().await, client, ns, ns, &small_pool(variant))
         .await
         .expect("creating the pool");
     pool.wait_settled(Duration::from_secs(150))
@@ -651,8 +730,46 @@ fn assert_no_downtime(s: &Samples, how: &str) {
     );
 }
 
+/// This binary's control plane: kube-apiserver writing every request to its audit log (from
+/// its start: every test must come through here), kube-controller-manager running.
+async fn control_plane() -> &'static support::TestCluster {
+    support::control_plane::cluster_with_request_audit().await;
+    support::control_plane::cluster_with_controller_manager().await
+}
+
+/// kube-apiserver's requests received since `from`, by client (as the pool benchmark splits
+/// them), printed; the split must be whole and must see evictord: every request is named by
+/// its client (none `other`: a client without a user agent would hide its requests), and
+/// evictord sent some, from each of `components`. (The tests of this binary run side by side:
+/// the window holds the others' requests too.)
+async fn requests_by_client(how: &str, from: SystemTime, components: &[&str]) -> ClientCounts {
+    let c = control_plane().await;
+    let log = c.request_audit.as_ref().expect("the request audit log");
+    let counts = count_by_client(&audit::requests(log), from, SystemTime::now());
+    eprintln!(
+        "{how}: {} kube-apiserver requests by client {:?}, evictord's by component {:?}",
+        counts.total, counts.by_client, counts.evictord_by_component
+    );
+    assert!(
+        counts.other_user_agents.is_empty(),
+        "{how}: requests of unnamed clients, by user agent: {:?}",
+        counts.other_user_agents
+    );
+    assert!(
+        counts.of("evictord") > 0,
+        "{how}: no request of evictord's: {counts:?}"
+    );
+    for component in components {
+        assert!(
+            counts.evictord_by_component.contains_key(*component),
+            "{how}: no request of evictord's {component}: {counts:?}"
+        );
+    }
+    counts
+}
+
 async fn setup(prefix: &str) -> (Client, String) {
-    let c = support::control_plane::cluster_with_controller_manager().await;
+    let c = control_plane().await;
     support::evictord::shared(support::surge::FLAGS).await;
     (c.client().await, c.namespace(prefix).await)
 }
@@ -662,6 +779,7 @@ async fn a_node_maintenance_drains_a_pool_without_downtime() {
     let (client, ns) = setup("pool-nm").await;
     let pool = settled_pool(&client, &ns, Variant::Full).await;
     let sampler = pool.sample(Duration::from_secs(300)).await.unwrap();
+    let from = SystemTime::now();
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let nm = support::fixtures::draining_maintenance(&ns, DRAIN_LABEL, &ns, "pool test");
     nms.create(&PostParams::default(), &nm).await.unwrap();
@@ -678,6 +796,18 @@ async fn a_node_maintenance_drains_a_pool_without_downtime() {
         .await
         .expect("the Deployments back at their replicas");
     let samples = sampler.stop().await;
+    let counts = requests_by_client("NodeMaintenance", from, &["controller", "interceptor"]).await;
+    for client in [
+        "pool-kubelet",
+        "pool-scheduler",
+        "kube-controller-manager",
+        "test-harness",
+    ] {
+        assert!(
+            counts.of(client) > 0,
+            "no request of {client}'s: {counts:?}"
+        );
+    }
     assert_no_downtime(&samples, "NodeMaintenance");
     let _ = nms.delete(&ns, &DeleteParams::default()).await;
     pool.remove().await.unwrap();
@@ -688,6 +818,7 @@ async fn kubectl_drain_through_the_bridge_drains_a_pool_without_downtime() {
     let (client, ns) = setup("pool-kubectl").await;
     let pool = settled_pool(&client, &ns, Variant::Full).await;
     let sampler = pool.sample(Duration::from_secs(300)).await.unwrap();
+    let from = SystemTime::now();
     let (code, output) = kubectl_drain(&pool, Duration::from_secs(200)).await;
     assert_eq!(code, Some(0), "kubectl drain failed:\n{output}");
     assert!(
@@ -698,6 +829,16 @@ async fn kubectl_drain_through_the_bridge_drains_a_pool_without_downtime() {
         .await
         .expect("the Deployments back at their replicas");
     let samples = sampler.stop().await;
+    let counts = requests_by_client(
+        "kubectl drain through the bridge",
+        from,
+        &["webhook", "controller"],
+    )
+    .await;
+    assert!(
+        counts.of("kubectl") > 0,
+        "no request of kubectl's: {counts:?}"
+    );
     assert_no_downtime(&samples, "kubectl drain through the bridge");
     pool.remove().await.unwrap();
 }
@@ -709,13 +850,14 @@ async fn kubectl_drain_through_the_bridge_drains_a_pool_without_downtime() {
 #[tokio::test]
 async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
     let (client, ns) = setup("pool-roll").await;
-    let c = support::control_plane::cluster_with_controller_manager().await;
+    let c = control_plane().await;
     let pool = settled_pool(&client, &ns, Variant::Full).await;
     let ran = c.dir.join(format!("rollout-steps-{ns}"));
     let log = c.dir.join(format!("rollout-{ns}.log"));
     let step = format!("echo \"$EVICTORD_NODE\" >> {}", ran.display());
     let selector = format!("{DRAIN_LABEL}={ns}");
     let sampler = pool.sample(Duration::from_secs(300)).await.unwrap();
+    let from = SystemTime::now();
     let args = [
         "rollout",
         &ns,
@@ -784,6 +926,7 @@ async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
         || async { nms.list(&mine).await.ok()?.items.is_empty().then_some(()) },
     )
     .await;
+    requests_by_client("kubectl evictord rollout", from, &["plugin", "controller"]).await;
     assert_no_downtime(&samples, "kubectl evictord rollout");
     eprintln!(
         "rollout: {} pods moved of {} on the rolled nodes at the start",
@@ -799,7 +942,7 @@ async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
 #[tokio::test]
 #[ignore = "needs a control plane without evictord: run alone with --ignored"]
 async fn kubectl_drain_alone_loses_availability() {
-    let c = support::control_plane::cluster_with_controller_manager().await;
+    let c = control_plane().await;
     let client = c.client().await;
     let webhooks = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .list(&ListParams::default())
@@ -829,7 +972,7 @@ async fn kubectl_drain_alone_loses_availability() {
 /// `kubectl drain` of the pool's drained nodes in one call, with the flags of `make bench`;
 /// returns its exit code (`None`: killed after `within`) and its output.
 async fn kubectl_drain(pool: &Pool, within: Duration) -> (Option<i32>, String) {
-    let c = support::control_plane::cluster_with_controller_manager().await;
+    let c = control_plane().await;
     let mut args = vec!["drain".to_string()];
     args.extend(pool.drained.iter().cloned());
     args.extend(

@@ -36,7 +36,7 @@ impl Verdict {
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
     /// Issue 17's goal number (`1` to `6`, `profile`), or the issue of the pool part's rows
-    /// (`35`, `41`).
+    /// (`35`, `41`, `44`).
     pub goal: String,
     pub what: String,
     pub measured: String,

@@ -44,6 +44,7 @@ mod loadgen;
 mod machine;
 mod memory;
 mod pool;
+mod pool_clients;
 mod pool_drive;
 mod pool_files;
 mod pool_goals;
@@ -152,6 +153,9 @@ fn main() -> anyhow::Result<()> {
                         })
                         .await;
                         support::control_plane::stop_controller_manager();
+                        // The pool's audit log of every request off again (memory's 50 000
+                        // pods need none).
+                        support::cluster().await.set_request_audit(false).await;
                         report.pool = Some(result.map_err(|e| format!("{e:#}")));
                         report.meta.part_seconds.push(("pool".into(), t.elapsed().as_secs_f64()));
                         report.write(&dir)?;

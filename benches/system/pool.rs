@@ -30,16 +30,22 @@
 //! evictord, evictord's peak RSS, and with evictord what its EvictionRequests say (how long each
 //! interceptor was active, the messages of the worst workload's requests). Raw samples, the
 //! `kubectl` output and a plot per mode are written next to the report.
+//!
+//! kube-apiserver writes every request to its audit log while the part runs, and each mode's
+//! requests are split by client ([`crate::pool_clients`], issue 44); before an evictord mode's
+//! drain, an idle baseline of `EVICTORD_BENCH_POOL_IDLE` seconds counts evictord's requests
+//! with nothing to do.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use evictord::api::EvictionRequest;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::cluster::{delete_requests, unregister_webhooks};
+use crate::pool_clients::{ClientFigures, Window};
 use crate::pool_drive::{Run, delete_maintenances, delete_rollout, drain_with_maintenance};
 use crate::pool_mode::{Drainer, Mode};
 use crate::pool_results::{ModeOutcome, ModeResult, PoolResults, RowFigures, Worst};
@@ -62,6 +68,12 @@ pub async fn run(
     progress: &mut dyn FnMut(&PoolResults) -> anyhow::Result<()>,
 ) -> anyhow::Result<PoolResults> {
     let p = &s.pool;
+    // Every request to the audit log for the split by client, before kube-controller-manager
+    // starts (kube-apiserver restarts to take it up; main turns it off after the part).
+    let audit = support::control_plane::cluster()
+        .await
+        .set_request_audit(true)
+        .await;
     let c = support::control_plane::cluster_with_controller_manager().await;
     support::evictord::install_crds(c).await;
     let client = c.client().await;
@@ -84,7 +96,7 @@ pub async fn run(
     };
     for (k, mode) in p.modes.iter().enumerate() {
         eprintln!("[pool] mode {}/{}: {}", k + 1, p.modes.len(), mode.id());
-        let result = run_mode(c, &client, p, *mode, k, dir)
+        let result = run_mode(c, &client, p, *mode, k, dir, audit.as_deref())
             .await
             .map_err(|e| format!("{e:#}"));
         if let Err(e) = &result {
@@ -108,8 +120,17 @@ async fn run_mode(
     mode: Mode,
     k: usize,
     dir: &Path,
+    audit: Option<&Path>,
 ) -> anyhow::Result<ModeResult> {
     let id = format!("pool{k}");
+    if let Some(log) = audit {
+        // Each mode reads its own requests: the log starts empty (kube-apiserver appends).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(log)
+            .and_then(|f| f.set_len(0))
+            .map_err(|e| anyhow::anyhow!("truncating the audit log {}: {e}", log.display()))?;
+    }
     let ns = c.namespace("bench-pool").await;
     let spec = Spec {
         nodes: p.nodes,
@@ -124,7 +145,7 @@ async fn run_mode(
         at_least_one: false,
     };
     let t = Instant::now();
-    let pool = Pool::create(client, &ns, &id, &spec).await?;
+    let pool = Pool::create(c, client, &ns, &id, &spec).await?;
     let create_seconds = t.elapsed().as_secs_f64();
     let settle_seconds = pool.wait_settled(SETTLE).await?.as_secs_f64();
     eprintln!(
@@ -142,10 +163,22 @@ async fn run_mode(
     } else {
         (None, None)
     };
+    // The idle baseline: evictord on the settled pool with nothing to do.
+    let idle = if evictord.is_some() && audit.is_some() && !p.idle.is_zero() {
+        let from = SystemTime::now();
+        tokio::time::sleep(p.idle).await;
+        Some(Window {
+            from,
+            to: SystemTime::now(),
+        })
+    } else {
+        None
+    };
     let evictord_pid = evictord.as_ref().and_then(|e| e.pid());
     let (apiserver_pid, etcd_pid, _) = crate::processes::control_plane_pids(c);
     let cpu = |pid: Option<u32>| pid.and_then(crate::loadgen::cpu_time);
     let cpu0 = [cpu(apiserver_pid), cpu(etcd_pid), cpu(evictord_pid)];
+    let window_from = SystemTime::now();
     let counters0 = support::apiserver::counters(client).await?;
     let histograms0 = crate::prom::scrape_apiserver(client).await;
     let deadline = p.mode_timeout(mode.drainer);
@@ -220,6 +253,10 @@ async fn run_mode(
         .collect();
     let counters1 = support::apiserver::counters(client).await?;
     let histograms1 = crate::prom::scrape_apiserver(client).await;
+    let request_window = Window {
+        from: window_from,
+        to: SystemTime::now(),
+    };
     let evicted = samples.departures.len();
     let (requests, writes) = crate::prom::request_totals(&counters0, &counters1);
     let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
@@ -314,6 +351,7 @@ async fn run_mode(
         evictord_cpu_cores: cores[2].map(|s| s / window),
         evictord_peak_rss_bytes,
         requests: requests_figures,
+        clients: None,
         worst,
         worst_deployment,
         played: pool.played.stats.summary(),
@@ -340,8 +378,41 @@ async fn run_mode(
     let t = Instant::now();
     clean_up(client, &ns, pool, evictord, mode).await?;
     c.delete_namespace(&ns).await;
+    let clean_up_seconds = t.elapsed().as_secs_f64();
+    // Read once evictord and the played kubelet stopped: kube-apiserver logs a watch when it
+    // ends (a moment after its client went).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let clients = audit.map(|log| {
+        ClientFigures::read(
+            log,
+            request_window,
+            idle,
+            evicted,
+            result.requests.as_ref().map(|r| r.intercepted_pods),
+        )
+    });
+    if let Some(f) = &clients {
+        eprintln!(
+            "[pool] {}: kube-apiserver requests by client per evicted pod: all {:.1}, {}{}",
+            result.id,
+            f.all_per_evicted(),
+            crate::pool_clients::CLIENTS
+                .iter()
+                .map(|(c, _)| format!("{c} {:.1}", f.window.of(c) as f64 / evicted.max(1) as f64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            f.evictord_per_intercepted()
+                .map_or(String::new(), |x| format!(
+                    "; evictord {x:.1} per intercepted pod ({} pods), idle {}/s",
+                    f.intercepted_pods.unwrap_or(0),
+                    f.idle_evictord_per_second()
+                        .map_or("-".into(), |r| format!("{r:.2}"))
+                ))
+        );
+    }
     Ok(ModeResult {
-        clean_up_seconds: t.elapsed().as_secs_f64(),
+        clean_up_seconds,
+        clients,
         ..result
     })
 }

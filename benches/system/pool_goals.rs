@@ -3,7 +3,8 @@
 //! drain at most [`TIME_RATIO`] × `kubectl drain` alone) and issue 41's (the rollouts: never more
 //! nodes unavailable than `--max-unavailable` allows, the rollout at most [`ROLL_RATIO`] × the
 //! node-after-node script, with `--cordon-first` every pod moved once). The modes without
-//! evictord get a reported row each.
+//! evictord get a reported row each. Issue 44's rows (kube-apiserver's requests by client) are
+//! [`crate::pool_clients::goals`]'s, against the same counterpart.
 
 use crate::goal_row::{Goal, Verdict};
 use crate::pool_mode::Drainer;
@@ -71,7 +72,10 @@ pub fn goals(r: &Report, out: &mut Vec<Goal>) {
     };
     for o in &p.modes {
         match &o.result {
-            Ok(m) => mode_goals(p, m, out),
+            Ok(m) => {
+                mode_goals(p, m, out);
+                crate::pool_clients::goals(m, counterpart(p, m), out);
+            }
             Err(e) => out.push(goal(
                 if o.id.contains("script") || o.id.contains("rollout") {
                     "41"

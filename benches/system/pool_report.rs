@@ -93,7 +93,7 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
         p.timeout_seconds,
         p.timeout_seconds + p.step_seconds * p.drained as f64
     );
-    o += "Sampled every 100 ms from the played kubelet's watch cache, from the drain's start until every Deployment and StatefulSet is back (at most 120 s after the drain): a pod is *available* when Running, Ready and not terminating; *desired* is the workload's replica count before the drain; *unavailability* is Σ max(0, desired − available) × time, in replica-seconds; a PDB *floor is broken* when available < `minAvailable` or desired − available > `maxUnavailable`. kube-apiserver's requests are its own counters over the same window (every client: the controllers, the played kubelet, kubectl, evictord), per pod that left a drained node. *Pods moved*: the pods that left a drained node (a pod moved from one drained node to another not drained yet and on again counts twice; DaemonSet pods apart; pods that land on a node once it was given back — uncordoned after its cordon — are not counted) ÷ the pods on the drained nodes at the start: 1.00 when every pod moved once. *Nodes unavailable*: the most of the pool's nodes at once cordoned or not Ready and, where NodeMaintenances ran, held by an admitted one (not given back yet) or not Ready, as a MaintenanceBudget counts (a node cordoned by hand, as `--cordon-first` does, is not counted there).\n\n";
+    o += "Sampled every 100 ms from the played kubelet's watch cache, from the drain's start until every Deployment and StatefulSet is back (at most 120 s after the drain): a pod is *available* when Running, Ready and not terminating; *desired* is the workload's replica count before the drain; *unavailability* is Σ max(0, desired − available) × time, in replica-seconds; a PDB *floor is broken* when available < `minAvailable` or desired − available > `maxUnavailable`. kube-apiserver's requests are its own counters over the same window (every client: the controllers, the played kubelet, kubectl, evictord), per pod that left a drained node; the table after the modes' splits them by client from kube-apiserver's audit log (issue 44; the audit log itself costs kube-apiserver some time in every mode alike). *Pods moved*: the pods that left a drained node (a pod moved from one drained node to another not drained yet and on again counts twice; DaemonSet pods apart; pods that land on a node once it was given back — uncordoned after its cordon — are not counted) ÷ the pods on the drained nodes at the start: 1.00 when every pod moved once. *Nodes unavailable*: the most of the pool's nodes at once cordoned or not Ready and, where NodeMaintenances ran, held by an admitted one (not given back yet) or not Ready, as a MaintenanceBudget counts (a node cordoned by hand, as `--cordon-first` does, is not counted there).\n\n";
     o += "| row | workloads | declared interceptors | carried (served by this build) |\n|---|---|---|---|\n";
     let first = ok_modes(p)
         .into_iter()
@@ -165,6 +165,7 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
         );
     }
     o += "\n";
+    o += &crate::pool_clients::table(p);
     for m in ok_modes(p) {
         o += &details(m);
     }
@@ -318,6 +319,7 @@ fn details(m: &ModeResult) -> String {
             .map_or("?".into(), |c| format!("{c:.2}")),
         m.etcd_cpu_cores.map_or("?".into(), |c| format!("{c:.2}")),
     );
+    o += &crate::pool_clients::details(m);
     if !m.apiserver_histograms.is_empty() {
         o += &format!(
             "- kube-apiserver's own histograms, the series that took the most time (calls, mean, p99 bucket bound): {}.\n",

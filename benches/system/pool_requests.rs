@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use evictord::api::{CONDITION_EVICTED, EvictionRequest};
+use evictord::api::{CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -91,8 +91,15 @@ pub fn figures(items: &[EvictionRequest]) -> RequestFigures {
     };
     let mut lifetimes = Vec::new();
     let mut active: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut intercepted = std::collections::BTreeSet::new();
     for r in items {
         let Some(s) = &r.status else { continue };
+        if s.target_interceptors
+            .iter()
+            .any(|i| i.name != IMPERATIVE_INTERCEPTOR)
+        {
+            intercepted.insert(r.spec.target.pod.uid.clone());
+        }
         let evicted = s
             .condition(CONDITION_EVICTED)
             .filter(|c| c.status == "True")
@@ -122,6 +129,7 @@ pub fn figures(items: &[EvictionRequest]) -> RequestFigures {
             }
         }
     }
+    out.intercepted_pods = intercepted.len();
     out.median_seconds = median(lifetimes.iter().copied());
     out.max_seconds = lifetimes.iter().copied().fold(0.0, f64::max);
     out.interceptors = active

@@ -69,6 +69,9 @@ pub struct RequestFigures {
     pub with_refused_evictions: usize,
     pub refused_evictions: i64,
     pub interceptors: Vec<InterceptorFigures>,
+    /// Pods whose request had an interceptor besides `imperative-eviction.k8s.io` (issue 44's
+    /// *intercepted* pods).
+    pub intercepted_pods: usize,
 }
 
 /// The workload that lost the most, with what its EvictionRequests said.
@@ -139,6 +142,8 @@ pub struct ModeResult {
     pub evictord_cpu_cores: Option<f64>,
     pub evictord_peak_rss_bytes: Option<u64>,
     pub requests: Option<RequestFigures>,
+    /// kube-apiserver's requests by client (issue 44; `None` without the audit log).
+    pub clients: Option<crate::pool_clients::ClientFigures>,
     /// The Deployment or StatefulSet that lost the most.
     pub worst: Option<Worst>,
     /// The Deployment under the goal that lost the most (of those whose pods moved).

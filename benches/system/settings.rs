@@ -40,6 +40,7 @@
 //! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
 //! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io,horizontalpodautoscaler.autoscaling.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
 //! | `EVICTORD_BENCH_POOL_EVICTORD_FLAGS` | empty (the shipped defaults) | extra `evictord serve` flags of the pool part, space-separated |
+//! | `EVICTORD_BENCH_POOL_IDLE` | `30` | seconds of the idle baseline before each evictord mode's drain: evictord's requests on the settled pool with nothing to do (its watches and lease), counted per second (issue 44); `0`: none |
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -174,6 +175,7 @@ impl Settings {
                 .split_whitespace()
                 .map(str::to_string)
                 .collect(),
+            idle: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_IDLE", "30").parse()?),
         };
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
         anyhow::ensure!(
@@ -265,6 +267,8 @@ pub struct PoolSettings {
     pub max_unavailable: String,
     pub served: Vec<String>,
     pub evictord_flags: Vec<String>,
+    /// The idle baseline's window before an evictord mode's drain (issue 44).
+    pub idle: Duration,
 }
 
 impl PoolSettings {

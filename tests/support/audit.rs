@@ -2,7 +2,10 @@
 //! [`super::control_plane::cluster_with_eviction_audit`]): every call with its pod, answer and
 //! times. Unlike kube-apiserver's request counters it survives kube-apiserver restarts, and it
 //! says which pod each call was for, so the fault tests can prove per pod that no pod was
-//! evicted twice and that no call was made for a pod already evicted.
+//! evicted twice and that no call was made for a pod already evicted. And the audit log of every
+//! request ([`super::control_plane::cluster_with_request_audit`]): each request once
+//! ([`requests`]), and counted by the client its user agent names ([`count_by_client`]), as the
+//! pool benchmark splits kube-apiserver's load.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -316,4 +319,87 @@ pub fn requests(path: &Path) -> Vec<AuditedRequest> {
         );
     }
     by_id.into_values().collect()
+}
+
+/// Who sent a request, by its user agent (every client of the test control plane and of the
+/// pool benchmark names itself): `evictord` (any component; [`evictord_component`] tells which),
+/// `kube-controller-manager`, `kubectl`, the pool's `pool-kubelet` and `pool-scheduler`
+/// ([`super::pool::played`]), `kube-apiserver` (its own loopback requests), `test-harness` (the
+/// tests' and the benchmark's own clients, [`super::control_plane::HARNESS_USER_AGENT`]), else
+/// `other`.
+pub fn client_of(user_agent: &str) -> &'static str {
+    const PREFIXES: [(&str, &str); 7] = [
+        ("evictord/", "evictord"),
+        ("kube-controller-manager/", "kube-controller-manager"),
+        ("kubectl/", "kubectl"),
+        ("pool-kubelet", "pool-kubelet"),
+        ("pool-scheduler", "pool-scheduler"),
+        ("kube-apiserver/", "kube-apiserver"),
+        ("test-harness", "test-harness"),
+    ];
+    PREFIXES
+        .iter()
+        .find(|(prefix, _)| user_agent.starts_with(prefix))
+        .map_or("other", |(_, client)| client)
+}
+
+/// The component an evictord user agent names (`evictord/<version> (<component>; <identity>)`
+/// or `evictord/<version> (<component>)`), `None` for any other client.
+pub fn evictord_component(user_agent: &str) -> Option<&str> {
+    let rest = user_agent.strip_prefix("evictord/")?;
+    let inside = rest.split_once('(')?.1;
+    let component = inside.split([';', ')']).next()?.trim();
+    (!component.is_empty()).then_some(component)
+}
+
+/// Requests counted by client, and evictord's by component.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ClientCounts {
+    /// Every request counted.
+    pub total: usize,
+    /// By [`client_of`].
+    pub by_client: BTreeMap<String, usize>,
+    /// evictord's requests by [`evictord_component`].
+    pub evictord_by_component: BTreeMap<String, usize>,
+    /// The user agents counted as `other`, with their requests (what to name next).
+    pub other_user_agents: BTreeMap<String, usize>,
+}
+
+impl ClientCounts {
+    /// The requests of `client` (one of [`client_of`]'s names).
+    pub fn of(&self, client: &str) -> usize {
+        self.by_client.get(client).copied().unwrap_or(0)
+    }
+}
+
+/// The requests kube-apiserver received from `from` to `to` (inclusive), by client. A watch
+/// counts once, when received; kube-apiserver 1.20 logs it only when it ends, so read the log
+/// once the window's watches have ended (or they are missing).
+pub fn count_by_client(
+    requests: &[AuditedRequest],
+    from: SystemTime,
+    to: SystemTime,
+) -> ClientCounts {
+    let mut counts = ClientCounts::default();
+    for r in requests
+        .iter()
+        .filter(|r| r.received >= from && r.received <= to)
+    {
+        counts.total += 1;
+        let client = client_of(&r.user_agent);
+        *counts.by_client.entry(client.to_string()).or_default() += 1;
+        if let Some(component) = evictord_component(&r.user_agent) {
+            *counts
+                .evictord_by_component
+                .entry(component.to_string())
+                .or_default() += 1;
+        }
+        if client == "other" {
+            *counts
+                .other_user_agents
+                .entry(r.user_agent.clone())
+                .or_default() += 1;
+        }
+    }
+    counts
 }

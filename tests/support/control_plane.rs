@@ -557,13 +557,29 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The `User-Agent` of the tests' own admin clients ([`TestCluster::client`]): kube-rs sends
+/// none, and kube-apiserver's audit log then could not tell the harness's requests from those
+/// of a client that forgot to name itself.
+pub const HARNESS_USER_AGENT: &str = "test-harness (tests/support)";
+
 impl TestCluster {
-    /// A new admin client (one per test: a client is bound to the runtime that created it).
+    /// A new admin client (one per test: a client is bound to the runtime that created it),
+    /// named [`HARNESS_USER_AGENT`].
     pub async fn client(&self) -> Client {
+        self.client_named(HARNESS_USER_AGENT).await
+    }
+
+    /// A new admin client that sends `user_agent` as its `User-Agent` (the pool's played
+    /// scheduler and kubelet name themselves so).
+    pub async fn client_named(&self, user_agent: &str) -> Client {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .expect("config");
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(user_agent).expect("a user agent of visible ASCII"),
+        ));
         Client::try_from(config).expect("client")
     }
 
@@ -728,6 +744,45 @@ impl TestCluster {
             answering,
             ready,
         }
+    }
+
+    /// Turns kube-apiserver's audit log of every request at the Metadata level on (`true`: it
+    /// is restarted writing `audit-requests.log`, whose path is returned) or off again, for a
+    /// part of a run (the pool benchmark's) on a control plane started without one. The log is
+    /// never rotated (kube-apiserver's default rotates at 100 MB); the caller may truncate it.
+    /// A no-op when it is already as asked.
+    ///
+    /// # Panics
+    /// On a control plane started with an audit log ([`cluster_with_request_audit`],
+    /// [`cluster_with_eviction_audit`]): that one stays as it is.
+    pub async fn set_request_audit(&self, on: bool) -> Option<PathBuf> {
+        assert!(
+            self.request_audit.is_none() && self.eviction_audit.is_none(),
+            "the control plane was started with an audit log"
+        );
+        let log = self.dir.join("audit-requests.log");
+        let policy = self.dir.join("audit-policy-requests.yaml");
+        {
+            let mut p = self.processes.lock().expect("processes");
+            let audited = p.apiserver_args.iter().any(|a| a.starts_with("--audit-"));
+            if audited == on {
+                return on.then_some(log);
+            }
+            p.apiserver_args.retain(|a| !a.starts_with("--audit-"));
+            if on {
+                write(&policy, REQUEST_AUDIT_POLICY);
+                p.apiserver_args.extend([
+                    format!("--audit-policy-file={}", policy.display()),
+                    format!("--audit-log-path={}", log.display()),
+                    "--audit-log-format=json".into(),
+                    "--audit-log-mode=blocking".into(),
+                    // MB: never reached, so never rotated.
+                    "--audit-log-maxsize=1000000".into(),
+                ]);
+            }
+        }
+        self.restart_apiserver().await;
+        on.then_some(log)
     }
 
     /// Pauses etcd (SIGSTOP) until the returned guard is resumed or dropped (SIGCONT), so that a

@@ -97,9 +97,17 @@ fn api_for(client: &Client, ns: &str, manifest: &Value) -> anyhow::Result<Api<Dy
 }
 
 impl Pool {
-    /// Creates the nodes, starts the played scheduler and kubelet, and creates the workloads
-    /// (it does not wait for them: see [`Pool::wait_settled`]).
-    pub async fn create(client: &Client, ns: &str, id: &str, spec: &Spec) -> anyhow::Result<Pool> {
+    /// Creates the nodes, starts the played scheduler and kubelet (with clients of their own
+    /// from `c`, named [`played::SCHEDULER_USER_AGENT`] and [`played::KUBELET_USER_AGENT`]), and
+    /// creates the workloads with `client` (it does not wait for them: see
+    /// [`Pool::wait_settled`]).
+    pub async fn create(
+        c: &super::TestCluster,
+        client: &Client,
+        ns: &str,
+        id: &str,
+        spec: &Spec,
+    ) -> anyhow::Result<Pool> {
         let nodes: Vec<String> = (0..spec.nodes).map(|i| format!("{id}-{i:03}")).collect();
         let drained: Vec<String> = nodes.iter().take(spec.drained).cloned().collect();
         let node_api: Api<Node> = Api::all(client.clone());
@@ -114,7 +122,8 @@ impl Pool {
             .await;
         created.into_iter().collect::<anyhow::Result<()>>()?;
         let played = Played::start(
-            client.clone(),
+            c.client_named(played::SCHEDULER_USER_AGENT).await,
+            c.client_named(played::KUBELET_USER_AGENT).await,
             ns,
             &format!("{POOL_LABEL}={id}"),
             spec.timing,

@@ -11,6 +11,11 @@
 //! Nothing is listed but by the reflectors: a call is made only when a cached object asks for it.
 //! A call that fails is made again at the next change or tick; one that succeeded is not repeated
 //! for [`RETRY`] while the watch catches up.
+//!
+//! Each names itself to kube-apiserver ([`SCHEDULER_USER_AGENT`], [`KUBELET_USER_AGENT`]), so
+//! that the pool benchmark can split kube-apiserver's requests by client: the bindings are the
+//! scheduler's; the pods' status, their removal and the two watches (which both share) the
+//! kubelet's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,6 +32,11 @@ use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 use super::schedule::{self, Seen, Step, Timing};
+
+/// The played scheduler's `User-Agent`.
+pub const SCHEDULER_USER_AGENT: &str = "pool-scheduler";
+/// The played kubelet's `User-Agent`.
+pub const KUBELET_USER_AGENT: &str = "pool-kubelet";
 
 /// API calls in flight at most.
 pub const IN_FLIGHT: usize = 16;
@@ -81,17 +91,25 @@ pub struct Played {
 }
 
 impl Played {
-    /// Starts on the pods of namespace `ns` and the nodes labelled `node_selector` (`key=value`).
-    pub fn start(client: Client, ns: &str, node_selector: &str, timing: Timing) -> Played {
+    /// Starts on the pods of namespace `ns` and the nodes labelled `node_selector` (`key=value`):
+    /// `scheduler` binds, `kubelet` watches and writes the pods' status and removes them (clients
+    /// named [`SCHEDULER_USER_AGENT`] and [`KUBELET_USER_AGENT`] in the pool).
+    pub fn start(
+        scheduler: Client,
+        kubelet: Client,
+        ns: &str,
+        node_selector: &str,
+        timing: Timing,
+    ) -> Played {
         let wake = Arc::new(Notify::new());
         let (pods, pod_writer) = reflector::store();
         let (nodes, node_writer) = reflector::store();
         let pod_watch = watcher(
-            Api::<Pod>::namespaced(client.clone(), ns),
+            Api::<Pod>::namespaced(kubelet.clone(), ns),
             watcher::Config::default().any_semantic(),
         );
         let node_watch = watcher(
-            Api::<Node>::all(client.clone()),
+            Api::<Node>::all(kubelet.clone()),
             watcher::Config::default()
                 .labels(node_selector)
                 .any_semantic(),
@@ -101,7 +119,8 @@ impl Played {
             tokio::spawn(reflect(pod_watch, pod_writer, wake.clone())),
             tokio::spawn(reflect(node_watch, node_writer, wake.clone())),
             tokio::spawn(run(
-                Api::namespaced(client, ns),
+                Api::namespaced(scheduler, ns),
+                Api::namespaced(kubelet, ns),
                 pods.clone(),
                 nodes.clone(),
                 wake,
@@ -164,6 +183,7 @@ where
 type Issued = Arc<Mutex<HashMap<(String, &'static str), Instant>>>;
 
 async fn run(
+    binder: Api<Pod>,
     api: Api<Pod>,
     pods: Store<Pod>,
     nodes: Store<Node>,
@@ -218,7 +238,7 @@ async fn run(
                 continue;
             };
             *load.entry(node.to_string()).or_insert(0) += 1;
-            let (api, node, name) = (api.clone(), node.to_string(), p.name_any());
+            let (api, node, name) = (binder.clone(), node.to_string(), p.name_any());
             issue(&issued, &permits, &stats, uid, "bind", async move {
                 bind(&api, &name, &node).await
             });

@@ -1,0 +1,383 @@
+//! The pool part's kube-apiserver requests by client (issue 44): kube-apiserver writes every
+//! request at the Metadata level to its audit log while the part runs
+//! ([`crate::support::TestCluster::set_request_audit`]), and each mode's requests received in its
+//! drain's window (the window of kube-apiserver's own counters) are split by the user agent that
+//! sent them ([`crate::support::audit::client_of`]): evictord (by component), kube-controller-manager,
+//! kubectl, the played kubelet and scheduler, the benchmark's own harness, kube-apiserver's own
+//! loopback requests, other. Per evicted pod, evictord's also per *intercepted* pod (a pod
+//! whose EvictionRequest had an interceptor besides `imperative-eviction.k8s.io`), and beside an
+//! idle baseline: evictord's requests on the settled pool over a quiet window before the drain
+//! (`EVICTORD_BENCH_POOL_IDLE`), per second, so that its watches and lease renewals show apart
+//! from the drain's work. Also the goals table's rows of issue 44.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::goal_row::{Goal, Verdict};
+use crate::pool_mode::Drainer;
+use crate::pool_results::{ModeResult, PoolResults};
+use crate::support::audit::{self, ClientCounts};
+use crate::support::pool::workloads::Variant;
+
+/// Issue 44's goal: evictord's own requests per intercepted pod at most this many.
+pub const EVICTORD_PER_INTERCEPTED: f64 = 16.0;
+/// Issue 44's goal: all clients' requests per evicted pod at most this many times `kubectl
+/// drain`'s alone, in the same form of the finishable pool.
+pub const ALL_CLIENTS_RATIO: f64 = 1.5;
+
+/// The clients of the split, in the report's order, with what each is.
+pub const CLIENTS: [(&str, &str); 8] = [
+    ("evictord", "evictord, every component"),
+    ("kube-controller-manager", "kube-controller-manager"),
+    ("kubectl", "kubectl (its own user agent)"),
+    (
+        "pool-kubelet",
+        "the played kubelet (its watches of the pool's pods and nodes, shared with the played scheduler; pod status, removals)",
+    ),
+    ("pool-scheduler", "the played scheduler (bindings)"),
+    (
+        "test-harness",
+        "the benchmark's harness (its samplers' watches, kube-apiserver's /metrics, the NodeMaintenance it creates and waits on)",
+    ),
+    ("kube-apiserver", "kube-apiserver's own loopback requests"),
+    ("other", "any other user agent"),
+];
+
+/// evictord's components, in the report's order.
+const COMPONENTS: [&str; 5] = [
+    "webhook",
+    "controller",
+    "interceptor",
+    "node-agent",
+    "plugin",
+];
+
+/// A window's start and end.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub from: SystemTime,
+    pub to: SystemTime,
+}
+
+impl Window {
+    fn seconds(&self) -> f64 {
+        self.to
+            .duration_since(self.from)
+            .unwrap_or_default()
+            .as_secs_f64()
+    }
+}
+
+/// One mode's requests by client.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientFigures {
+    /// The drain's window, seconds (as kube-apiserver's counters).
+    pub window_seconds: f64,
+    /// The requests received in it.
+    pub window: ClientCounts,
+    pub evicted_pods: usize,
+    /// Pods whose EvictionRequest had an interceptor besides `imperative-eviction.k8s.io`
+    /// (evictord's modes).
+    pub intercepted_pods: Option<usize>,
+    /// The idle baseline before the drain (evictord's modes), seconds, and its requests.
+    pub idle_seconds: Option<f64>,
+    pub idle: Option<ClientCounts>,
+}
+
+impl ClientFigures {
+    /// From the audit log at `log`, read after the mode's clean-up (kube-apiserver 1.20 logs a
+    /// watch when it ends: evictord's and the played kubelet's have ended by then).
+    pub fn read(
+        log: &Path,
+        window: Window,
+        idle: Option<Window>,
+        evicted_pods: usize,
+        intercepted_pods: Option<usize>,
+    ) -> ClientFigures {
+        let requests = audit::requests(log);
+        ClientFigures {
+            window_seconds: window.seconds(),
+            window: audit::count_by_client(&requests, window.from, window.to),
+            evicted_pods,
+            intercepted_pods,
+            idle_seconds: idle.map(|w| w.seconds()),
+            idle: idle.map(|w| audit::count_by_client(&requests, w.from, w.to)),
+        }
+    }
+
+    fn per_evicted(&self, n: usize) -> f64 {
+        n as f64 / self.evicted_pods.max(1) as f64
+    }
+
+    /// Every client's requests per evicted pod.
+    pub fn all_per_evicted(&self) -> f64 {
+        self.per_evicted(self.window.total)
+    }
+
+    /// evictord's own requests per intercepted pod (`None`: no intercepted pod).
+    pub fn evictord_per_intercepted(&self) -> Option<f64> {
+        self.intercepted_pods
+            .filter(|n| *n > 0)
+            .map(|n| self.window.of("evictord") as f64 / n as f64)
+    }
+
+    /// evictord's requests per second over the idle baseline.
+    pub fn idle_evictord_per_second(&self) -> Option<f64> {
+        let (idle, seconds) = (self.idle.as_ref()?, self.idle_seconds?);
+        (seconds > 0.0).then(|| idle.of("evictord") as f64 / seconds)
+    }
+
+    /// evictord's requests per component, `name n`.
+    fn components(counts: &ClientCounts) -> String {
+        let mut parts: Vec<String> = COMPONENTS
+            .iter()
+            .filter_map(|c| {
+                counts
+                    .evictord_by_component
+                    .get(*c)
+                    .map(|n| format!("{c} {n}"))
+            })
+            .collect();
+        parts.extend(
+            counts
+                .evictord_by_component
+                .iter()
+                .filter(|(c, _)| !COMPONENTS.contains(&c.as_str()))
+                .map(|(c, n)| format!("{c} {n}")),
+        );
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// The table of requests by client, one row per mode (in the pool section of `REPORT.md`).
+pub fn table(p: &PoolResults) -> String {
+    let mut o = String::from(
+        "kube-apiserver's requests by client (its audit log, Metadata level, requests received in each mode's window, split by user agent; a watch counts once), **per evicted pod**; evictord's also per intercepted pod (its EvictionRequest had an interceptor besides `imperative-eviction.k8s.io`), and its idle baseline: its requests per second on the settled pool before the drain, with nothing to do (watches, lease), and that rate × the window.\n\n| mode | all clients | evictord (webhook / controller / interceptor / plugin) | kube-controller-manager | kubectl | played kubelet | played scheduler | benchmark harness | kube-apiserver | other | evictord per intercepted pod | evictord idle: requests/s (× window) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for outcome in &p.modes {
+        let Ok(m) = &outcome.result else { continue };
+        let Some(f) = &m.clients else {
+            o += &format!("| `{}` | not measured |||||||||||\n", m.id);
+            continue;
+        };
+        let per = |client: &str| format!("{:.1}", f.per_evicted(f.window.of(client)));
+        let component =
+            |c: &str| f.per_evicted(f.window.evictord_by_component.get(c).copied().unwrap_or(0));
+        o += &format!(
+            "| `{}` | **{:.1}** | **{}** ({:.1} / {:.1} / {:.1} / {:.1}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            m.id,
+            f.all_per_evicted(),
+            per("evictord"),
+            component("webhook"),
+            component("controller"),
+            component("interceptor"),
+            component("plugin"),
+            per("kube-controller-manager"),
+            per("kubectl"),
+            per("pool-kubelet"),
+            per("pool-scheduler"),
+            per("test-harness"),
+            per("kube-apiserver"),
+            per("other"),
+            f.evictord_per_intercepted().map_or("-".into(), |x| format!(
+                "**{x:.1}** ({} pods)",
+                f.intercepted_pods.unwrap_or(0)
+            )),
+            f.idle_evictord_per_second().map_or("-".into(), |r| format!(
+                "{r:.2} ({:.0})",
+                r * f.window_seconds
+            )),
+        );
+    }
+    o + "\n"
+}
+
+/// One mode's line in its section of `REPORT.md`.
+pub fn details(m: &ModeResult) -> String {
+    let Some(f) = &m.clients else {
+        return String::new();
+    };
+    let w = &f.window;
+    let clients: Vec<String> = CLIENTS
+        .iter()
+        .filter(|(c, _)| w.of(c) > 0)
+        .map(|(c, _)| format!("{c} {}", w.of(c)))
+        .collect();
+    let mut o = format!(
+        "- kube-apiserver's requests by client (audit log, received in the {:.0} s window): {} in all for {} evicted pods ({:.1} each): {}; evictord's by component: {}",
+        f.window_seconds,
+        w.total,
+        f.evicted_pods,
+        f.all_per_evicted(),
+        clients.join(", "),
+        ClientFigures::components(w),
+    );
+    if let Some(x) = f.evictord_per_intercepted() {
+        o += &format!(
+            "; evictord {:.1} per evicted pod, {x:.1} per intercepted pod ({} intercepted)",
+            f.per_evicted(w.of("evictord")),
+            f.intercepted_pods.unwrap_or(0)
+        );
+    }
+    if !w.other_user_agents.is_empty() {
+        o += &format!(
+            "; other user agents: {}",
+            w.other_user_agents
+                .iter()
+                .take(5)
+                .map(|(ua, n)| format!("`{}` {n}", ua.replace('|', "\\|")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let (Some(idle), Some(seconds), Some(rate)) =
+        (&f.idle, f.idle_seconds, f.idle_evictord_per_second())
+    {
+        o += &format!(
+            ". Idle baseline ({seconds:.0} s on the settled pool before the drain): evictord {} requests ({}), {rate:.2}/s, × the window ≈ {:.0}; every client {:.2}/s",
+            idle.of("evictord"),
+            ClientFigures::components(idle),
+            rate * f.window_seconds,
+            idle.total as f64 / seconds.max(1e-9)
+        );
+    }
+    o + ".\n"
+}
+
+fn goal(what: String, measured: String, target: &str, verdict: Verdict) -> Goal {
+    Goal {
+        goal: "44".into(),
+        what,
+        measured,
+        target: target.into(),
+        verdict,
+    }
+}
+
+/// Issue 44's rows of the goals table for one mode: evictord's own requests per intercepted pod
+/// (every evictord mode), and every client's requests per evicted pod against `kubectl drain`'s
+/// alone in the same form (`counterpart`; judged on the finishable pool, reported on the full
+/// one, where `kubectl drain` alone never finishes).
+pub fn goals(m: &ModeResult, counterpart: Option<&ModeResult>, out: &mut Vec<Goal>) {
+    let Some(f) = &m.clients else {
+        if m.mode.evictord {
+            out.push(goal(
+                format!(
+                    "pool `{}`: evictord's own requests per intercepted pod",
+                    m.id
+                ),
+                "no audit log".into(),
+                &format!("≤ {EVICTORD_PER_INTERCEPTED}"),
+                Verdict::NotMeasured,
+            ));
+        }
+        return;
+    };
+    if !m.mode.evictord {
+        out.push(goal(
+            format!(
+                "pool `{}`: every client's requests per evicted pod ({} alone)",
+                m.id,
+                if m.mode.drainer == Drainer::ScriptEach {
+                    "the script"
+                } else {
+                    "kubectl drain"
+                }
+            ),
+            format!(
+                "**{:.1}** (kubectl {:.1}, kube-controller-manager {:.1})",
+                f.all_per_evicted(),
+                f.per_evicted(f.window.of("kubectl")),
+                f.per_evicted(f.window.of("kube-controller-manager"))
+            ),
+            "reported",
+            Verdict::Reported,
+        ));
+        return;
+    }
+    let idle = f.idle_evictord_per_second().map_or(String::new(), |r| {
+        format!(
+            "; idle {r:.2}/s × {:.0} s ≈ {:.0} of them",
+            f.window_seconds,
+            r * f.window_seconds
+        )
+    });
+    out.push(match f.evictord_per_intercepted() {
+        Some(x) => goal(
+            format!(
+                "pool `{}`: evictord's own requests per intercepted pod",
+                m.id
+            ),
+            format!(
+                "{} ÷ {} = **{x:.1}** ({}{idle})",
+                f.window.of("evictord"),
+                f.intercepted_pods.unwrap_or(0),
+                ClientFigures::components(&f.window)
+            ),
+            &format!("≤ {EVICTORD_PER_INTERCEPTED}"),
+            Verdict::of(x <= EVICTORD_PER_INTERCEPTED),
+        ),
+        None => goal(
+            format!(
+                "pool `{}`: evictord's own requests per intercepted pod",
+                m.id
+            ),
+            format!(
+                "no intercepted pod; evictord {} requests",
+                f.window.of("evictord")
+            ),
+            &format!("≤ {EVICTORD_PER_INTERCEPTED}"),
+            Verdict::NotMeasured,
+        ),
+    });
+    let what = |k: &str| {
+        format!(
+            "pool `{}`: every client's requests per evicted pod ÷ `{k}`'s",
+            m.id
+        )
+    };
+    let alone = counterpart.and_then(|k| Some((k, k.clients.as_ref()?)));
+    let finishable = m.mode.variant == Variant::Finishable;
+    out.push(match alone {
+        Some((k, kf)) => {
+            let ratio = f.all_per_evicted() / kf.all_per_evicted().max(1e-9);
+            goal(
+                what(&k.id),
+                format!(
+                    "{:.1} ÷ {:.1} = **{ratio:.2}**",
+                    f.all_per_evicted(),
+                    kf.all_per_evicted()
+                ),
+                &if finishable {
+                    format!("≤ {ALL_CLIENTS_RATIO}")
+                } else {
+                    "reported (full pool)".into()
+                },
+                if finishable {
+                    Verdict::of(ratio <= ALL_CLIENTS_RATIO)
+                } else {
+                    Verdict::Reported
+                },
+            )
+        }
+        None => goal(
+            what("kubectl drain alone"),
+            format!(
+                "{:.1}; no `kubectl drain` alone in the same form in this run",
+                f.all_per_evicted()
+            ),
+            &format!("≤ {ALL_CLIENTS_RATIO}"),
+            if finishable {
+                Verdict::NotMeasured
+            } else {
+                Verdict::Reported
+            },
+        ),
+    });
+}
