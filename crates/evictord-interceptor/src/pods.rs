@@ -252,7 +252,7 @@ async fn drive(
         match item {
             Some(Ok(watcher::Event::InitDone)) => debug!(node, "pod watch synced"),
             Some(Ok(_)) => {}
-            Some(Err(e)) if refused(&e) => {
+            Some(Err(e)) if is_forbidden(&e) => {
                 if !denied.swap(true, Ordering::AcqRel) {
                     info!(
                         "the service account may not list and watch pods: the interceptor reads \
@@ -267,7 +267,9 @@ async fn drive(
     }
 }
 
-fn refused(e: &watcher::Error) -> bool {
+/// Whether a watcher error is kube-apiserver refusing the list or the watch (403): the account
+/// may not list or watch the resource, which retrying will not change.
+pub fn is_forbidden(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))

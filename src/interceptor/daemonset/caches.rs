@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -25,10 +25,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::api::NodeMaintenance;
-use crate::interceptor::watch::drive;
+use crate::interceptor::watch::{drive, drive_unless_forbidden};
 
 /// The three caches.
 #[derive(Clone)]
@@ -74,15 +74,18 @@ impl Caches {
         .reflect(writer);
         let (client, shutdown, denied) =
             (client.clone(), shutdown.clone(), daemonsets_denied.clone());
+        let deny = move || {
+            denied.store(true, Ordering::Release);
+            info!(
+                "the service account may not list and watch DaemonSets: the daemonset.apps.k8s.io \
+                 interceptor reads each DaemonSet with a GET instead of a watch cache"
+            );
+        };
         tokio::spawn(async move {
             if may_watch_daemonsets(&client).await {
-                drive_unless_denied(stream, shutdown, denied).await;
+                drive_unless_forbidden(stream, "DaemonSet", shutdown, deny).await;
             } else {
-                denied.store(true, Ordering::Release);
-                info!(
-                    "the service account may not list and watch DaemonSets: the daemonset.apps.k8s.io \
-                     interceptor reads each DaemonSet with a GET instead of a watch cache"
-                );
+                deny();
             }
         });
         Self {
@@ -179,48 +182,6 @@ async fn may_watch_daemonsets(client: &Client) -> bool {
         }
     }
     true
-}
-
-/// [`drive`] for the DaemonSet watch, which stops for good when kube-apiserver refuses it (403):
-/// the DaemonSets are then read live, one per look.
-async fn drive_unless_denied(
-    stream: impl Stream<Item = Result<watcher::Event<DaemonSet>, watcher::Error>>,
-    shutdown: CancellationToken,
-    denied: Arc<AtomicBool>,
-) {
-    futures::pin_mut!(stream);
-    loop {
-        let item = tokio::select! {
-            () = shutdown.cancelled() => break,
-            item = stream.next() => item,
-        };
-        match item {
-            Some(Ok(watcher::Event::InitDone)) => debug!(kind = "DaemonSet", "watch cache synced"),
-            Some(Ok(_)) => {}
-            Some(Err(e)) if refused(&e) => {
-                denied.store(true, Ordering::Release);
-                info!(
-                    "the service account may not list and watch DaemonSets: the daemonset.apps.k8s.io \
-                     interceptor reads each DaemonSet with a GET instead of a watch cache"
-                );
-                break;
-            }
-            Some(Err(e)) => {
-                warn!(kind = "DaemonSet", error = %e, "watch error; retrying with backoff");
-            }
-            None => break,
-        }
-    }
-}
-
-fn refused(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
-        watcher::Error::WatchError(s) => s.code == 403,
-        _ => false,
-    }
 }
 
 #[cfg(test)]
