@@ -455,8 +455,9 @@ fn deployment_args_are_accepted_by_the_binary() {
     }
 }
 
-fn deployment_args(docs: &[serde_norway::Value]) -> Vec<String> {
-    let d = docs.iter().find(|d| kind(d) == "Deployment").unwrap();
+/// The container arguments of the first rendered object of `workload` kind.
+fn container_args(docs: &[serde_norway::Value], workload: &str) -> Vec<String> {
+    let d = docs.iter().find(|d| kind(d) == workload).unwrap();
     d["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_sequence()
         .unwrap()
@@ -465,15 +466,13 @@ fn deployment_args(docs: &[serde_norway::Value]) -> Vec<String> {
         .collect()
 }
 
+fn deployment_args(docs: &[serde_norway::Value]) -> Vec<String> {
+    container_args(docs, "Deployment")
+}
+
 /// The container arguments of the node agent's DaemonSet.
 fn node_agent_args(docs: &[serde_norway::Value]) -> Vec<String> {
-    let d = docs.iter().find(|d| kind(d) == "DaemonSet").unwrap();
-    d["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect()
+    container_args(docs, "DaemonSet")
 }
 
 fn rate_limit_flags(args: &[String]) -> Vec<&str> {
