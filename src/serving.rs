@@ -6,7 +6,8 @@
 //!
 //! The condition is the record (convention 19): its status and reason say where the pod is,
 //! `lastTransitionTime` when it left its endpoints, and, once every Service had it out of its
-//! ready addresses, `lastProbeTime` when that was last checked: the start of the delay. A
+//! ready addresses, `lastProbeTime` the first whole second at or after it saw that: the start of
+//! the delay (rounded up, so the delay is never shorter than asked). A
 //! restarted or newly elected evictord reads them back.
 
 use std::time::Duration;
@@ -151,15 +152,27 @@ pub struct ConditionWrite {
     pub message: String,
     /// `lastTransitionTime`.
     pub transition: Timestamp,
-    /// `lastProbeTime` (`None` removes it).
+    /// `lastProbeTime` (`None` removes it), written rounded up to a whole second.
     pub probe: Option<Timestamp>,
 }
 
-/// `t` as Kubernetes writes times: RFC 3339 in UTC, whole seconds.
+/// `t` as Kubernetes writes times: RFC 3339 in UTC, whole seconds (rounded down, as
+/// kube-apiserver would).
 fn time(t: Timestamp) -> String {
     Timestamp::from_second(t.as_second())
         .unwrap_or(t)
         .to_string()
+}
+
+/// The first whole second at or after `t`, as [`time`] writes it. The start of the deregistration
+/// delay is written this way: rounded down, a delay counted from the written time would end up to
+/// a second early, and the pod would leave less than its delay after it left its endpoints.
+fn time_at_or_after(t: Timestamp) -> String {
+    let whole = Timestamp::from_second(t.as_second()).unwrap_or(t);
+    if whole == t {
+        return time(t);
+    }
+    time(whole.saturating_add(Duration::from_secs(1)).unwrap_or(t))
 }
 
 /// The strategic merge patch of the `status` subresource that writes `write` as the pod's only
@@ -175,7 +188,7 @@ pub fn condition_patch(resource_version: &str, write: &ConditionWrite) -> Value 
             "reason": write.reason,
             "message": write.message,
             "lastTransitionTime": time(write.transition),
-            "lastProbeTime": write.probe.map(time),
+            "lastProbeTime": write.probe.map(time_at_or_after),
         }]},
     })
 }
@@ -308,5 +321,42 @@ mod tests {
         assert!(back["status"]["conditions"][0]["lastProbeTime"].is_null());
         written.status = None;
         assert_eq!(serving_of(&written, t(0)), Serving::Absent);
+    }
+
+    fn at(s: i64, millis: i64) -> Timestamp {
+        t(s).saturating_add(Duration::from_millis(millis as u64))
+            .unwrap()
+    }
+
+    /// The start of the delay is never written earlier than it was: a fraction of a second
+    /// rounds up, a whole second stays. (Rounded down, a delay of 2 s read back from the record
+    /// ended 1.15 s after the pod left its endpoints.)
+    #[rstest]
+    #[case::whole(at(14, 0), t(14))]
+    #[case::just_after(at(14, 1), t(15))]
+    #[case::late_in_the_second(at(14, 999), t(15))]
+    fn the_delay_starts_at_or_after_the_pod_was_out(
+        #[case] out: Timestamp,
+        #[case] written: Timestamp,
+    ) {
+        let w = ConditionWrite {
+            status: false,
+            reason: REASON_DEREGISTERING,
+            message: "out".into(),
+            transition: at(10, 500),
+            probe: Some(out),
+        };
+        let c = condition_patch("1", &w)["status"]["conditions"][0].clone();
+        assert_eq!(c["lastProbeTime"], time(written));
+        // The transition time is history, rounded down as Kubernetes writes it.
+        assert_eq!(c["lastTransitionTime"], time(t(10)));
+        let back = pod(Some(c), true);
+        assert_eq!(
+            serving_of(&back, t(0)),
+            Serving::Deregistering {
+                since: t(10),
+                out: written
+            }
+        );
     }
 }

@@ -69,7 +69,7 @@ fn delay_note(delay: &Delay) -> String {
 }
 
 /// The step, in order: a terminating pod is going anyway; a pod without the gate waits its delay
-/// from the interceptor's turn and says why; a serving pod (condition `True`, or none yet) leaves
+/// from the interceptor's turn (from the whole second after its `activationTime`) and says why; a serving pod (condition `True`, or none yet) leaves
 /// its endpoints once its budgets allow; a leaving one waits for its Services; one out of them
 /// waits its delay from then, and completes.
 pub fn on_activation(f: &Facts, now: Timestamp) -> Step {
@@ -82,7 +82,9 @@ pub fn on_activation(f: &Facts, now: Timestamp) -> Step {
         };
     }
     if !f.gated {
-        let until = add(f.turn_started, delay);
+        // `activationTime` has whole seconds, rounded down: counted from the next second, the
+        // delay is never shorter than asked.
+        let until = add(add(f.turn_started, Duration::from_secs(1)), delay);
         if now >= until {
             return Step::Complete {
                 message: format!(

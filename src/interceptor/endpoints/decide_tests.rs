@@ -44,8 +44,14 @@ fn kind(step: &Step) -> (&'static str, Option<Timestamp>) {
 // A terminating pod is going anyway.
 #[case::terminating(facts(true, Serving::Leaving { since: t(0) }, true), 5, "complete", None)]
 // No gate: the delay from the turn, nothing else.
-#[case::ungated_waits(facts(false, Serving::Absent, false), 10, "wait", Some(t(30)))]
-#[case::ungated_completes(facts(false, Serving::Absent, false), 30, "complete", None)]
+#[case::ungated_waits(facts(false, Serving::Absent, false), 10, "wait", Some(t(31)))]
+#[case::ungated_waits_the_second_after_its_turn(
+    facts(false, Serving::Absent, false),
+    30,
+    "wait",
+    Some(t(31))
+)]
+#[case::ungated_completes(facts(false, Serving::Absent, false), 31, "complete", None)]
 // Serving (or not seen yet): the budgets decide whether it leaves.
 #[case::serving(facts(true, Serving::True, false), 0, "budgets", None)]
 #[case::not_seen_yet(facts(true, Serving::Absent, false), 0, "budgets", None)]
