@@ -655,3 +655,81 @@ async fn live_view_under_tmux() {
     );
     assert!(done.contains("exit=0"), "{done}");
 }
+
+/// A user who may do everything a rollout does but watch nodes: the rollout stops before it
+/// writes a maintenance, with kube-apiserver's refusal and the permission it needs (before, its
+/// first list succeeded, the watch was refused and retried for ever in the background, and the
+/// rollout went on with the nodes as they were at that list).
+#[tokio::test]
+async fn a_rollout_refused_the_watch_of_the_nodes_says_so_at_once() {
+    let (client, ns) = audited_setup("rollout-rbac").await;
+    let nodes = pool(&client, &ns, "roll-r", 1).await;
+    let c = support::cluster().await;
+    let user = "rollout-without-node-watch";
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": user},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch", "update", "delete"]},
+            {"apiGroups": [""],
+             "resources": ["pods", "pods/eviction", "namespaces", "events", "services", "endpoints",
+                           "configmaps", "persistentvolumeclaims", "replicationcontrollers"],
+             "verbs": ["*"]},
+            {"apiGroups": ["evictord.dev", "apps", "policy", "coordination.k8s.io",
+                           "events.k8s.io"],
+             "resources": ["*"], "verbs": ["*"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    });
+    for manifest in [role, binding] {
+        let out = support::tools::kubectl(c, &["apply", "-f", "-"], Some(&manifest.to_string()));
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let kubeconfig = c.kubeconfig_as(user);
+    let out = plugin_command(&[
+        "rollout",
+        "roll-r",
+        &nodes[0],
+        "--max-unavailable",
+        "1",
+        "--exec",
+        "true",
+    ])
+    .await
+    .env("KUBECONFIG", &kubeconfig)
+    .stdin(Stdio::null())
+    .output()
+    .expect("kubectl evictord rollout");
+    let t = text(&out);
+    println!("--- refused run ---\n{t}");
+    assert_ne!(out.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("kube-apiserver refuses this user the watch of the nodes")
+            && t.contains("kubectl auth can-i watch nodes"),
+        "{t}"
+    );
+    assert!(!t.contains("within 60 s"), "{t}");
+    // Nothing drained: the node was never cordoned.
+    let node = Api::<Node>::all(client.clone())
+        .get(&nodes[0])
+        .await
+        .unwrap();
+    assert!(!is_cordoned(&node), "{node:?}");
+    // What the refused run left behind goes, as the plugin's stop hint says.
+    let out = support::tools::kubectl(
+        c,
+        &[
+            "delete",
+            "nodemaintenances,maintenancebudgets",
+            "-l",
+            "evictord.dev/rollout=roll-r",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}

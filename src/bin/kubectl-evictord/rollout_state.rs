@@ -85,7 +85,7 @@ pub async fn snapshot(
         maintenances.insert(node, nm);
     }
     let nodes = watches
-        .nodes()
+        .nodes()?
         .into_iter()
         .filter_map(|n| {
             let name = n.metadata.name.clone()?;

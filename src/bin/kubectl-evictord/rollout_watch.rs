@@ -5,13 +5,20 @@
 //!
 //! The maintenances are still read with a LIST when the driver looks (the rollout writes them, and
 //! it must see its own writes before it acts again); a watch that fails retries with the
-//! watcher's backoff while the driver's slow tick goes on.
+//! watcher's backoff while the driver's slow tick goes on — except a refusal (403) of the nodes'
+//! watch, which no retry mends and which would leave the rollout acting on nodes as they were:
+//! asked before anything is written (a SelfSubjectAccessReview, as `kubectl auth can-i` asks), and
+//! watched for after, the rollout stops and names the permission.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -21,6 +28,7 @@ use tokio::task::JoinHandle;
 use evictord::api::NodeMaintenance;
 use evictord::plugin::rollout::naming::label_selector;
 use evictord::plugin::{Error, Result};
+use evictord_interceptor::pods::is_forbidden;
 
 /// How long the first list of the nodes may take.
 const SYNC_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
@@ -29,8 +37,11 @@ const SYNC_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct Watches {
     /// Every node, as the last watch event left it.
     nodes: Store<Node>,
-    /// Notified on each change of a rolled node or of one of the rollout's maintenances.
+    /// Notified on each change of a rolled node or of one of the rollout's maintenances, and
+    /// when the nodes' watch is refused.
     wake: Arc<Notify>,
+    /// Why kube-apiserver refused the nodes' watch, once it did.
+    refused: Arc<Mutex<Option<String>>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -56,13 +67,22 @@ impl Watches {
             .reflect(writer)
             .applied_objects();
         let node_wake = wake.clone();
+        let refused: Arc<Mutex<Option<String>>> = Arc::default();
+        let refusal = refused.clone();
         let node_task = tokio::spawn(async move {
             futures::pin_mut!(node_stream);
             while let Some(event) = node_stream.next().await {
-                if let Ok(node) = event
-                    && rolled.contains(&node.name_any())
-                {
-                    node_wake.notify_one();
+                match event {
+                    Ok(node) if rolled.contains(&node.name_any()) => node_wake.notify_one(),
+                    Ok(_) => {}
+                    Err(e) if is_forbidden(&e) => {
+                        let mut r = refusal.lock().unwrap_or_else(|e| e.into_inner());
+                        if r.is_none() {
+                            *r = Some(e.to_string());
+                            node_wake.notify_one();
+                        }
+                    }
+                    Err(_) => {}
                 }
             }
         });
@@ -81,8 +101,10 @@ impl Watches {
         let watches = Self {
             nodes,
             wake,
+            refused,
             tasks: vec![node_task, nm_task],
         };
+        may_watch_nodes(client).await?;
         tokio::time::timeout(SYNC_WITHIN, watches.nodes.wait_until_ready())
             .await
             .map_err(|_| {
@@ -92,16 +114,86 @@ impl Watches {
                 ))
             })?
             .map_err(|_| Error::Rollout("the watch of the nodes ended before its first list".into()))?;
+        watches.check()?;
         Ok(watches)
     }
 
+    /// An error once kube-apiserver refused the nodes' watch: the store would keep the nodes as
+    /// they were.
+    ///
+    /// # Errors
+    /// When it did.
+    pub fn check(&self) -> Result<()> {
+        match self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+        {
+            Some(why) => Err(Error::Rollout(refused_message(why))),
+            None => Ok(()),
+        }
+    }
+
     /// Every node the store holds.
-    pub fn nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.state()
+    ///
+    /// # Errors
+    /// When the nodes' watch was refused ([`Watches::check`]).
+    pub fn nodes(&self) -> Result<Vec<Arc<Node>>> {
+        self.check()?;
+        Ok(self.nodes.state())
     }
 
     /// Resolves at the next change (or at once if one came since the last call).
     pub async fn changed(&self) {
         self.wake.notified().await;
+    }
+}
+
+/// Asks kube-apiserver whether this user may watch nodes, before the rollout writes anything:
+/// a denial stops it with the authorizer's reason. When the question itself cannot be asked,
+/// the watch will tell.
+async fn may_watch_nodes(client: &Client) -> Result<()> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("watch".into()),
+                resource: Some("nodes".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await;
+    match answer.ok().and_then(|a| a.status) {
+        Some(s) if !s.allowed => {
+            let why = match s.reason.as_deref() {
+                Some(r) if !r.is_empty() => format!("not allowed: {r}"),
+                _ => "not allowed".to_string(),
+            };
+            Err(Error::Rollout(refused_message(&why)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a rollout refused its watch of the nodes says: the refusal, and the permission it needs.
+fn refused_message(why: &str) -> String {
+    format!(
+        "kube-apiserver refuses this user the watch of the nodes ({why}); a rollout lists and watches every \
+         node (kubectl auth can-i watch nodes)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_refusal_names_the_permission() {
+        let m = super::refused_message("403 Forbidden");
+        assert!(m.contains("403 Forbidden"), "{m}");
+        assert!(m.contains("kubectl auth can-i watch nodes"), "{m}");
     }
 }
