@@ -17,13 +17,15 @@ mod support;
 
 use std::time::Duration;
 
-use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::endpoints::{Available, Scenario, Shape, Source, Timeline, condition, surged};
-use support::fixtures::{create_eviction_request, draining_maintenance};
+use support::endpoints::{
+    Available, Scenario, Source, Timeline, assert_out_for_the_delay, conditions,
+    message_containing, pods, request, surged, uid, unsurged,
+};
+use support::fixtures::draining_maintenance;
 use support::surge::POOL;
 use support::wait::until;
 use tokio::sync::RwLock;
@@ -53,46 +55,6 @@ async fn setup(prefix: &str) -> (Client, String, Timeline) {
     let client = c.client().await;
     let timeline = Timeline::start(&client, &ns, "web").await;
     (client, ns, timeline)
-}
-
-/// The pods of the scenario now.
-async fn pods(s: &Scenario) -> Vec<Pod> {
-    s.pods().list(&ListParams::default()).await.unwrap().items
-}
-
-fn uid(p: &Pod) -> String {
-    p.metadata.uid.clone().unwrap()
-}
-
-/// Every evicted pod was out of the Service's ready addresses, in the Endpoints and in the
-/// EndpointSlices, for at least `delay` seconds before its deletion started.
-async fn assert_out_for_the_delay(timeline: &Timeline, evicted: &[Pod], delay: f64) {
-    for p in evicted {
-        let u = uid(p);
-        for source in [Source::Endpoints, Source::Slices] {
-            let gap = until(
-                Duration::from_secs(60),
-                &format!("the deletion of pod {} seen", p.name_any()),
-                || async { timeline.out_before_deletion(&u, source) },
-            )
-            .await;
-            eprintln!(
-                "pod {}: out of its {source:?} {gap:.2} s before its deletion",
-                p.name_any()
-            );
-            assert!(
-                gap >= 0.0,
-                "pod {} was a ready address of its {source:?} when its deletion started",
-                p.name_any()
-            );
-            assert!(
-                gap >= delay,
-                "pod {} left the ready addresses of its {source:?} only {gap:.2} s before its \
-                 deletion started (want at least the delay, {delay} s)",
-                p.name_any()
-            );
-        }
-    }
 }
 
 /// The pods' events carry these reasons (repeated events are folded into one).
@@ -239,56 +201,6 @@ async fn a_node_maintenance_takes_the_pods_out_of_their_endpoints_first() {
     );
 }
 
-/// Two pods with only the endpoints interceptor under a budget that allows one disruption: no
-/// surge, so the request reaches the interceptor at once.
-fn unsurged() -> Shape {
-    Shape {
-        replicas: 2,
-        min_available: 1,
-        interceptors: "endpoints.evictord.dev",
-        delay: None,
-    }
-}
-
-/// The request of pod `p`, created with requester `test.example.com`.
-async fn request(s: &Scenario, p: &Pod) -> Api<EvictionRequest> {
-    create_eviction_request(
-        &s.client,
-        &s.ns,
-        &p.name_any(),
-        &uid(p),
-        &["test.example.com"],
-    )
-    .await
-}
-
-/// The interceptor's entry message, once it contains `text`.
-async fn message_containing(api: &Api<EvictionRequest>, uid: &str, text: &str) -> String {
-    until(
-        Duration::from_secs(60),
-        &format!("the interceptor's message to contain {text:?}"),
-        || async {
-            let s = api.get(uid).await.ok()?.status?;
-            let m = s.interceptor("endpoints.evictord.dev")?.message.clone()?;
-            m.contains(text).then_some(m)
-        },
-    )
-    .await
-}
-
-/// The pod's condition and Ready as the test reads them now, and whether it is going (deleting
-/// or gone).
-async fn conditions(s: &Scenario, name: &str) -> (Option<String>, Option<String>, bool) {
-    let Some(p) = s.pods().get_opt(name).await.unwrap() else {
-        return (None, None, true);
-    };
-    (
-        condition(&p, "evictord.dev/serving").map(str::to_string),
-        condition(&p, "Ready").map(str::to_string),
-        p.metadata.deletion_timestamp.is_some(),
-    )
-}
-
 /// With the endpoint controllers paused the unready pod stays a ready address: the interceptor
 /// waits for the endpoints, well past the delay, and the eviction follows only once they
 /// dropped the pod and the delay passed.
@@ -296,7 +208,7 @@ async fn conditions(s: &Scenario, name: &str) -> (Option<String>, Option<String>
 async fn the_interceptor_waits_for_the_endpoints_not_only_the_delay() {
     let _exclusive = ENDPOINT_CONTROLLERS.write().await;
     let (client, ns, timeline) = setup("endpoints-paused").await;
-    let s = Scenario::start(client, &ns, unsurged(), &timeline).await;
+    let s = Scenario::start(client, &ns, unsurged(None), &timeline).await;
     let p = pods(&s).await.remove(0);
     let (name, u) = (p.name_any(), uid(&p));
     let paused = support::control_plane::pause_endpoint_controllers();
@@ -338,7 +250,7 @@ async fn the_interceptor_waits_for_the_endpoints_not_only_the_delay() {
 async fn a_canceled_request_puts_the_pod_back_in_its_endpoints() {
     let _shared = ENDPOINT_CONTROLLERS.read().await;
     let (client, ns, timeline) = setup("endpoints-cancel").await;
-    let s = Scenario::start(client, &ns, unsurged(), &timeline).await;
+    let s = Scenario::start(client, &ns, unsurged(None), &timeline).await;
     let p = pods(&s).await.remove(0);
     let (name, u) = (p.name_any(), uid(&p));
     let api = request(&s, &p).await;

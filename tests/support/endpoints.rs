@@ -17,7 +17,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::fixtures::{blocking_pdb, node};
+use evictord::api::EvictionRequest;
+
+use super::fixtures::{blocking_pdb, create_eviction_request, node};
 use super::kubelet::Kubelet;
 use super::surge::POOL;
 use super::wait::until;
@@ -429,4 +431,95 @@ impl Drop for Timeline {
             }
         }
     }
+}
+
+/// The pods of the scenario now.
+pub async fn pods(s: &Scenario) -> Vec<Pod> {
+    s.pods().list(&ListParams::default()).await.unwrap().items
+}
+
+/// A pod's UID (the name of its EvictionRequest).
+pub fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap()
+}
+
+/// Every evicted pod was out of the Service's ready addresses, in the Endpoints and in the
+/// EndpointSlices, for at least `delay` seconds before its deletion started.
+pub async fn assert_out_for_the_delay(timeline: &Timeline, evicted: &[Pod], delay: f64) {
+    for p in evicted {
+        let u = uid(p);
+        for source in [Source::Endpoints, Source::Slices] {
+            let gap = until(
+                Duration::from_secs(60),
+                &format!("the deletion of pod {} seen", p.name_any()),
+                || async { timeline.out_before_deletion(&u, source) },
+            )
+            .await;
+            eprintln!(
+                "pod {}: out of its {source:?} {gap:.2} s before its deletion",
+                p.name_any()
+            );
+            assert!(
+                gap >= 0.0,
+                "pod {} was a ready address of its {source:?} when its deletion started",
+                p.name_any()
+            );
+            assert!(
+                gap >= delay,
+                "pod {} left the ready addresses of its {source:?} only {gap:.2} s before its \
+                 deletion started (want at least the delay, {delay} s)",
+                p.name_any()
+            );
+        }
+    }
+}
+
+/// Two pods with only the endpoints interceptor under a budget that allows one disruption: no
+/// surge, so the request reaches the interceptor at once.
+pub fn unsurged(delay: Option<&'static str>) -> Shape {
+    Shape {
+        replicas: 2,
+        min_available: 1,
+        interceptors: "endpoints.evictord.dev",
+        delay,
+    }
+}
+
+/// The request of pod `p`, created with requester `test.example.com`.
+pub async fn request(s: &Scenario, p: &Pod) -> Api<EvictionRequest> {
+    create_eviction_request(
+        &s.client,
+        &s.ns,
+        &p.name_any(),
+        &uid(p),
+        &["test.example.com"],
+    )
+    .await
+}
+
+/// The interceptor's entry message, once it contains `text`.
+pub async fn message_containing(api: &Api<EvictionRequest>, uid: &str, text: &str) -> String {
+    until(
+        Duration::from_secs(60),
+        &format!("the interceptor's message to contain {text:?}"),
+        || async {
+            let s = api.get(uid).await.ok()?.status?;
+            let m = s.interceptor("endpoints.evictord.dev")?.message.clone()?;
+            m.contains(text).then_some(m)
+        },
+    )
+    .await
+}
+
+/// The pod's condition and Ready as the test reads them now, and whether it is going (deleting
+/// or gone).
+pub async fn conditions(s: &Scenario, name: &str) -> (Option<String>, Option<String>, bool) {
+    let Some(p) = s.pods().get_opt(name).await.unwrap() else {
+        return (None, None, true);
+    };
+    (
+        condition(&p, "evictord.dev/serving").map(str::to_string),
+        condition(&p, "Ready").map(str::to_string),
+        p.metadata.deletion_timestamp.is_some(),
+    )
 }
