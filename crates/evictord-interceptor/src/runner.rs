@@ -27,7 +27,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// An EvictionRequest interceptor: a name and a progress report.
 ///
 /// The runner calls [`Interceptor::progress`] whenever a request whose active interceptor is
-/// [`Interceptor::name`] changes, and every poll interval while it is in progress. It must be
+/// [`Interceptor::name`] changes (but for the echo of the runner's own status write), and every
+/// poll interval while it is in progress. It must be
 /// idempotent and keep its state in the cluster (the request's status, annotations on the
 /// objects it changes), never in memory: after a restart it is simply asked again.
 pub trait Interceptor: Send + Sync + 'static {
@@ -96,6 +97,53 @@ struct Context<I> {
     settings: Settings,
     interceptor: I,
     pods: PodCache,
+    echoes: Echoes,
+}
+
+/// The versions of requests the runner wrote itself, so that the watch's echo of its own status
+/// write wakes no look: the look that wrote already knows that version and scheduled its next
+/// look from it. Any other version (another writer, a version the watch skipped to) is looked
+/// at as before.
+#[derive(Clone, Default)]
+struct Echoes {
+    written: Arc<std::sync::Mutex<std::collections::HashMap<ObjectRef<EvictionRequest>, String>>>,
+}
+
+/// How many written versions are remembered before they are all forgotten (an echo that never
+/// comes: a request deleted, a watch that listed again past it).
+const ECHOES_KEPT: usize = 4096;
+
+impl Echoes {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectRef<EvictionRequest>, String>>
+    {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runner wrote `request` (the version kube-apiserver answered with).
+    fn wrote(&self, request: &EvictionRequest) {
+        let mut written = self.lock();
+        if written.len() >= ECHOES_KEPT {
+            written.clear();
+        }
+        if let Some(version) = request.resource_version() {
+            written.insert(ObjectRef::from_obj(request), version);
+        }
+    }
+
+    /// Whether `request` is the echo of the runner's own last write of it (forgotten then).
+    fn is_echo(&self, request: &EvictionRequest) -> bool {
+        let key = ObjectRef::from_obj(request);
+        let mut written = self.lock();
+        let echo = written
+            .get(&key)
+            .is_some_and(|v| request.resource_version().as_ref() == Some(v));
+        if echo {
+            written.remove(&key);
+        }
+        echo
+    }
 }
 
 impl Runner {
@@ -194,11 +242,13 @@ impl Runner {
         let pods = self
             .pods
             .unwrap_or_else(|| PodCache::with_namespace(self.client.clone(), self.namespace));
+        let echoes = Echoes::default();
         let ctx = Arc::new(Context {
             client: self.client,
             settings: self.settings,
             interceptor,
             pods,
+            echoes: echoes.clone(),
         });
         // The writer of `requests`; a second run of a clone of this runner fills a cache of
         // its own.
@@ -212,7 +262,8 @@ impl Runner {
         let changes = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .reflect(writer)
-            .applied_objects();
+            .applied_objects()
+            .filter(move |r| std::future::ready(!r.as_ref().is_ok_and(|r| echoes.is_echo(r))));
         Controller::for_stream(changes, store)
             .reconcile_on(wakes)
             .graceful_shutdown_on(shutdown)
@@ -294,6 +345,7 @@ async fn reconcile_inner<I: Interceptor>(
     let mut current = (*req).clone();
     if let Some(patch) = next_write(&req, name, &progress, Timestamp::now(), &ctx.settings) {
         current = write_entry(&ctx.client, &req, name, &patch).await?;
+        ctx.echoes.wrote(&current);
     }
     if matches!(progress, Progress::Complete { .. }) {
         return Ok(Action::await_change());
@@ -331,4 +383,28 @@ async fn write_entry(
     )
     .await
     .map_err(|e| Error::Status(req.name_any(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evictord_api::EvictionRequestSpec;
+
+    fn version(name: &str, rv: &str) -> EvictionRequest {
+        let mut r = EvictionRequest::new(name, EvictionRequestSpec::default());
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.resource_version = Some(rv.into());
+        r
+    }
+
+    #[test]
+    fn only_the_echo_of_the_own_write_is_one() {
+        let e = Echoes::default();
+        assert!(!e.is_echo(&version("a", "1")), "nothing written");
+        e.wrote(&version("a", "5"));
+        assert!(!e.is_echo(&version("a", "4")), "an older version");
+        assert!(!e.is_echo(&version("b", "5")), "another request");
+        assert!(e.is_echo(&version("a", "5")));
+        assert!(!e.is_echo(&version("a", "5")), "an echo is one-shot");
+    }
 }
