@@ -139,18 +139,16 @@ pub fn on_activation(
     }
     match record {
         Some(r) if r.covers(&pod.uid) => {
-            let want = r.expected_replicas();
             let caught_up = f.observed_generation >= f.generation;
-            if caught_up && f.available_replicas >= want {
+            if caught_up && f.available_replicas >= r.expected_replicas() {
                 Step::Ready(format!(
-                    "surged Deployment {name} from {} to {want} replicas; {} available: the pod may go",
-                    r.base, f.available_replicas
+                    "surged Deployment {name} from {} to {} replicas; {} available: the pod may go",
+                    r.base,
+                    r.expected_replicas(),
+                    f.available_replicas
                 ))
             } else {
-                Step::Wait(format!(
-                    "surged Deployment {name} from {} to {want} replicas; waiting until {want} are available (now {})",
-                    r.base, f.available_replicas
-                ))
+                Step::Wait(surged(name, r.base))
             }
         }
         record => {
@@ -164,10 +162,7 @@ pub fn on_activation(
             });
             let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);
             if in_use >= f.max_surge {
-                return Step::Wait(format!(
-                    "waiting for room to surge Deployment {name}: {in_use} of maxSurge {} in use by other pods",
-                    f.max_surge
-                ));
+                return Step::Wait(no_room(name, f.max_surge));
             }
             r.pods.push(pod.clone());
             Step::Join {
@@ -177,6 +172,24 @@ pub fn on_activation(
             }
         }
     }
+}
+
+/// The message of a request whose pod a surge of Deployment `name` (from `base` replicas)
+/// covers, from the surge's start until its replicas are available: the same at every look, so
+/// that a look writes nothing while the counts move (another pod joining or leaving the surge
+/// included); `base` changes only when someone else scales, which ends the surge.
+pub fn surged(name: &str, base: i32) -> String {
+    format!(
+        "surged Deployment {name} from {base} replicas, one more for this pod; waiting until the surge is available"
+    )
+}
+
+/// The message of a request waiting for room in Deployment `name`'s surge: its maxSurge, not
+/// how much of it is in use, so that it stays the same while the request waits.
+fn no_room(name: &str, max_surge: i32) -> String {
+    format!(
+        "waiting for room to surge Deployment {name}: its maxSurge {max_surge} is in use by other pods"
+    )
 }
 
 /// A pod of a surged Deployment as [`confirmed`] sees it.
@@ -229,8 +242,9 @@ pub fn confirmed_over(
     if ready >= base {
         Ok(())
     } else {
+        // Without the count of ready pods: it moves while the state (not enough) does not.
         Err(format!(
-            "{ready} of its pods the surge does not cover are ready, {base} are wanted before the pod goes"
+            "waiting until {base} of its pods the surge does not cover are ready before the pod goes"
         ))
     }
 }

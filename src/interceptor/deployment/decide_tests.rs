@@ -88,11 +88,11 @@ fn kind(step: &Step) -> &'static str {
 #[case::max_surge_zero(DeploymentFacts { max_surge: 0, max_unavailable: 1, ..facts(3) }, "skip", "maxSurge 0")]
 #[case::bad_annotation(DeploymentFacts { record: Err("x".into()), ..facts(1) }, "skip", "unreadable")]
 #[case::first_pod_joins(facts(1), "join", "")]
-#[case::no_room(surged(3, &["a"], 3), "wait", "1 of maxSurge 1 in use")]
+#[case::no_room(surged(3, &["a"], 3), "wait", "maxSurge 1 is in use by other pods")]
 #[case::room_for_second(DeploymentFacts { max_surge: 2, ..surged(3, &["a"], 3) }, "join", "")]
 // Our own surge bumped the generation: not a rollout.
 #[case::own_surge_not_a_rollout(DeploymentFacts { max_surge: 2, observed_generation: 3, ..surged(3, &["a"], 3) }, "join", "")]
-#[case::covered_waiting(surged(1, &["p"], 1), "wait", "waiting until 2 are available (now 1)")]
+#[case::covered_waiting(surged(1, &["p"], 1), "wait", "from 1 replicas, one more for this pod; waiting until the surge is available")]
 #[case::covered_ready(surged(1, &["p"], 2), "ready", "the pod may go")]
 #[case::covered_not_observed(DeploymentFacts { observed_generation: 3, ..surged(1, &["p"], 2) }, "wait", "")]
 #[case::user_scaled(DeploymentFacts { replicas: 5, ..surged(1, &["p"], 2) }, "abandon", "changed to 5 by someone else")]
@@ -113,6 +113,54 @@ fn activation_rows(#[case] f: DeploymentFacts, #[case] expected: &str, #[case] t
         Step::Join { .. } => String::new(),
     };
     assert!(message.contains(text), "{message:?} lacks {text:?}");
+}
+
+/// Progress messages change only with the state: a request's message stays the same while the
+/// counts it waits on move (availability, another pod joining or leaving the surge, pods
+/// becoming ready).
+#[rstest]
+// Covered, waiting: availability 1 → 2 of 3 wanted.
+#[case::covered_availability_moves(surged(1, &["p", "a"], 1), surged(1, &["p", "a"], 2))]
+// Covered, waiting: another pod joins the surge.
+#[case::covered_another_pod_joins(DeploymentFacts { max_surge: 2, ..surged(3, &["p"], 3) }, DeploymentFacts { max_surge: 2, ..surged(3, &["p", "a"], 4) })]
+// No room: the surge's pods' availability moves.
+#[case::no_room_availability_moves(surged(3, &["a"], 3), surged(3, &["a"], 4))]
+fn messages_stay_while_the_state_does(
+    #[case] before: DeploymentFacts,
+    #[case] after: DeploymentFacts,
+) {
+    let message = |f: &DeploymentFacts| match on_activation(f, "d", &pod("p"), Duration::ZERO) {
+        Step::Wait(m) => m,
+        other => panic!("not waiting: {other:?}"),
+    };
+    assert_eq!(message(&before), message(&after));
+}
+
+/// The message a join writes is the one the looks after it find: no second write.
+#[test]
+fn a_join_writes_the_message_the_wait_keeps() {
+    let Step::Join { record, .. } = on_activation(&facts(3), "d", &pod("p"), Duration::ZERO) else {
+        panic!("no join")
+    };
+    let after = surged(3, &["p"], 3);
+    assert_eq!(after.record, Ok(Some(record.clone())));
+    assert_eq!(
+        on_activation(&after, "d", &pod("p"), Duration::ZERO),
+        Step::Wait(super::surged("d", record.base))
+    );
+}
+
+/// A wait whose count of ready pods moves keeps its message.
+#[test]
+fn confirmed_message_has_no_moving_count() {
+    let r = record(3, &["p"]);
+    let one = confirmed(&r, &[readiness("a", true, false)]);
+    let two = confirmed(
+        &r,
+        &[readiness("a", true, false), readiness("b", true, false)],
+    );
+    assert!(one.is_err());
+    assert_eq!(one, two);
 }
 
 #[test]
@@ -211,7 +259,10 @@ fn confirmed_rows(#[case] pods: &[(&str, bool, bool)], #[case] ok: bool) {
     let result = confirmed(&record(3, &["p"]), &pods);
     assert_eq!(result.is_ok(), ok, "{result:?}");
     if let Err(why) = result {
-        assert!(why.ends_with("3 are wanted before the pod goes"), "{why}");
+        assert_eq!(
+            why,
+            "waiting until 3 of its pods the surge does not cover are ready before the pod goes"
+        );
     }
 }
 
