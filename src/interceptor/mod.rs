@@ -11,7 +11,9 @@ pub mod deployments;
 pub mod endpoints;
 pub mod hpa;
 pub mod kubelet;
+pub mod replicasets;
 mod watch;
+pub mod workload_pods;
 
 pub use evictord_interceptor::{
     BoxError, EntryPatch, Error, Interceptor, PodCache, Progress, Runner, Settings, Waiters,

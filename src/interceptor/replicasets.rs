@@ -1,0 +1,112 @@
+//! A watch cache of the owners of every ReplicaSet, for the Deployment interceptor's walk from a
+//! pod to its Deployment (pod → ReplicaSet → Deployment) without a GET of the ReplicaSet at each
+//! look. It watches metadata only (`PartialObjectMeta`) and keeps of each ReplicaSet its owner
+//! references: a ReplicaSet's spec and status, its labels and annotations are never read.
+//!
+//! A cache can only lag behind the cluster: a ReplicaSet it does not hold (not listed yet, or
+//! created a moment ago) is read live by the caller, and so is every ReplicaSet while the cache
+//! has not listed, or for good when the service account may not list and watch ReplicaSets
+//! (one line in the log, as the DaemonSet cache does).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::interceptor::watch::drive_unless_forbidden;
+
+/// The cached ReplicaSets (owner references only; cheap to clone: clones share the cache).
+#[derive(Clone)]
+pub struct ReplicaSets {
+    store: Store<PartialObjectMeta<ReplicaSet>>,
+    denied: Arc<AtomicBool>,
+}
+
+impl ReplicaSets {
+    /// Starts the watch with `client` (spawned on the current runtime, until `shutdown`).
+    pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
+        let (store, writer) = reflector::store();
+        // `Api<PartialObjectMeta<_>>` lists and watches metadata only.
+        let stream = watcher(
+            Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer);
+        let denied = Arc::new(AtomicBool::new(false));
+        let flag = denied.clone();
+        tokio::spawn(drive_unless_forbidden(
+            stream,
+            "ReplicaSet",
+            shutdown.clone(),
+            move || {
+                flag.store(true, Ordering::Release);
+                info!(
+                    "the service account may not list and watch ReplicaSets: the \
+                     deployment.apps.k8s.io interceptor reads each ReplicaSet with a GET instead \
+                     of a watch cache"
+                );
+            },
+        ));
+        Self { store, denied }
+    }
+
+    /// The cached ReplicaSet `namespace/name` (owner references only): `Some(None)` when the
+    /// cache does not hold it, `None` until the first list is in or when ReplicaSets cannot be
+    /// watched.
+    pub fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<Arc<PartialObjectMeta<ReplicaSet>>>> {
+        let listed = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        let usable = listed && !self.denied.load(Ordering::Acquire);
+        usable.then(|| self.store.get(&ObjectRef::new(name).within(namespace)))
+    }
+}
+
+/// What the cache keeps of a ReplicaSet: its name, namespace and owner references.
+fn trim(rs: &mut PartialObjectMeta<ReplicaSet>) {
+    rs.managed_fields_mut().clear();
+    rs.annotations_mut().clear();
+    rs.labels_mut().clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    #[test]
+    fn trim_keeps_the_owners_only() {
+        let mut rs = PartialObjectMeta::<ReplicaSet> {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("web-1".into()),
+                namespace: Some("ns".into()),
+                labels: Some([("app".to_string(), "web".to_string())].into()),
+                annotations: Some([("a".to_string(), "b".repeat(100))].into()),
+                owner_references: Some(vec![OwnerReference {
+                    kind: "Deployment".into(),
+                    name: "web".into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            _phantom: std::marker::PhantomData,
+        };
+        trim(&mut rs);
+        assert!(rs.labels().is_empty() && rs.annotations().is_empty());
+        assert_eq!(rs.owner_references()[0].name, "web");
+        assert_eq!(rs.name_any(), "web-1");
+    }
+}
