@@ -9,6 +9,8 @@
 //! behind at most). Subscribe before [`DeploymentWatch::start`]; a subscriber sees the changes
 //! from the start on, and every Deployment once when the first list is in.
 
+use std::collections::HashMap;
+
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::runtime::reflector::{ReflectHandle, Store, store::Writer};
@@ -56,15 +58,29 @@ impl DeploymentWatch {
             .expect("a shared writer always has subscribers")
     }
 
-    /// The requests of `waiters` to look at again, as their Deployments change.
-    pub fn wakes(
+    /// The requests of `waiters` to look at again, as their Deployments change what
+    /// `fingerprint` reads: the fields of a Deployment the waiters' decisions read, so that a
+    /// change of anything else (its resourceVersion, managed fields, a condition's timestamps)
+    /// wakes nobody.
+    pub fn wakes<F, P>(
         &self,
         waiters: &Waiters<DeploymentKey>,
+        fingerprint: P,
     ) -> impl Stream<Item = kube::runtime::reflector::ObjectRef<crate::api::EvictionRequest>>
     + Send
     + 'static
-    + use<> {
-        waiters.woken_by(self.subscribe().map(|d| key_of(&d)))
+    + use<F, P>
+    where
+        F: PartialEq + Send + 'static,
+        P: Fn(&Deployment) -> F + Send + 'static,
+    {
+        let mut seen = Fingerprints::default();
+        let changed = self.subscribe().filter_map(move |d| {
+            let key = key_of(&d);
+            let changed = seen.changed(&key, fingerprint(&d));
+            std::future::ready(changed.then_some(key))
+        });
+        waiters.woken_by(changed)
     }
 
     /// Starts watching every Deployment with `client` (spawned on the current runtime, until
@@ -79,7 +95,58 @@ impl DeploymentWatch {
     }
 }
 
+/// The last fingerprint seen of each Deployment.
+struct Fingerprints<F> {
+    seen: HashMap<DeploymentKey, F>,
+}
+
+impl<F> Default for Fingerprints<F> {
+    fn default() -> Self {
+        Self {
+            seen: HashMap::new(),
+        }
+    }
+}
+
+impl<F: PartialEq> Fingerprints<F> {
+    /// Whether Deployment `key` changed to `now` since it was last seen (a first sight is a
+    /// change); remembers `now`.
+    fn changed(&mut self, key: &DeploymentKey, now: F) -> bool {
+        match self.seen.get_mut(key) {
+            Some(last) if *last == now => false,
+            Some(last) => {
+                *last = now;
+                true
+            }
+            None => {
+                self.seen.insert(key.clone(), now);
+                true
+            }
+        }
+    }
+}
+
 /// The key of Deployment `d`.
 pub fn key_of(d: &Deployment) -> DeploymentKey {
     (d.namespace().unwrap_or_default(), d.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> DeploymentKey {
+        ("ns".into(), name.into())
+    }
+
+    /// (Deployment, fingerprint) in order, and whether each is a change.
+    #[test]
+    fn only_a_changed_fingerprint_is_a_change() {
+        let mut f = Fingerprints::default();
+        let seen: Vec<bool> = [("d", 1), ("d", 1), ("e", 1), ("d", 2), ("d", 2), ("d", 1)]
+            .into_iter()
+            .map(|(name, print)| f.changed(&key(name), print))
+            .collect();
+        assert_eq!(seen, [true, false, true, true, false, true]);
+    }
 }

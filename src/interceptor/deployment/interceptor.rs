@@ -1,24 +1,40 @@
 //! The I/O shell of the Deployment interceptor on active requests: find the pod's Deployment and
 //! its autoscaler, take [`on_activation`]'s step, and write the Deployment with one guarded JSON
 //! patch ([`patch_deployment`], shared with the settler).
+//!
+//! A look reads watch caches only, when it is given them ([`DeploymentInterceptor::reading`]):
+//! the pod's ReplicaSet from the cache of ReplicaSet owners, the Deployment from the shared watch
+//! of Deployments, the readiness of its pods from their watch. A cache can only be behind: a
+//! Deployment or ReplicaSet it does not hold is read live, and a patch made against a stale
+//! Deployment fails its resourceVersion test, after which the look decides again on the cache
+//! once it has moved past that version, or on a live read if it does not within [`CATCH_UP`]
+//! (the one live read a look may need). Looks at the pods of one Deployment decide one at a
+//! time, each on the previous one's write ([`Writes`]).
 
+use std::sync::Arc;
+
+use futures::FutureExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::{PodReadiness, Step, confirmed, on_activation};
+use super::decide::{PodReadiness, Step, confirmed, on_activation, surged};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::unobserved::Unobserved;
+use super::writes::Writes;
 use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::{Autoscalers, scaling};
 use crate::interceptor::deployments::DeploymentKey;
+use crate::interceptor::replicasets::ReplicaSets;
+use crate::interceptor::workload_pods::WorkloadPods;
 use crate::interceptor::{BoxError, Interceptor, Progress, Waiters};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
@@ -26,6 +42,9 @@ use crate::selector::label_selector_matches;
 
 /// How often one look at a request retries after a concurrent Deployment write.
 const CONFLICT_RETRIES: usize = 5;
+/// How long a look waits for the watch cache to move past a version whose patch conflicted
+/// before it reads the Deployment live.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The `deployment.apps.k8s.io` interceptor.
 pub struct DeploymentInterceptor {
@@ -33,8 +52,21 @@ pub struct DeploymentInterceptor {
     recorder: Recorder,
     autoscalers: Autoscalers,
     unobserved: Unobserved,
+    /// Its own writes, and one look at a time per Deployment.
+    writes: Writes,
     /// The requests waiting on their Deployment, when something wakes them on its changes.
     waiters: Option<Waiters<DeploymentKey>>,
+    /// The watch caches a look reads, when given ([`DeploymentInterceptor::reading`]).
+    caches: Option<Caches>,
+}
+
+/// The watch caches of a look.
+struct Caches {
+    deployments: Store<Deployment>,
+    replicasets: ReplicaSets,
+    pods: WorkloadPods,
+    /// The requests waiting for the readiness of their Deployment's pods, woken by its changes.
+    readiness_waiters: Waiters<DeploymentKey>,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -121,8 +153,30 @@ impl DeploymentInterceptor {
             client,
             autoscalers,
             unobserved: Unobserved::default(),
+            writes: Writes::default(),
             waiters: None,
+            caches: None,
         }
+    }
+
+    /// Reads Deployments from `deployments` (the shared watch's store), the pods' ReplicaSets
+    /// from `replicasets` and the readiness of a surged Deployment's pods from `pods`, instead
+    /// of a GET of each and a LIST of the pods at every look; registers a request that waits for
+    /// that readiness with `readiness_waiters`, for whoever feeds `pods`' changes to them.
+    pub fn reading(
+        mut self,
+        deployments: Store<Deployment>,
+        replicasets: ReplicaSets,
+        pods: WorkloadPods,
+        readiness_waiters: Waiters<DeploymentKey>,
+    ) -> Self {
+        self.caches = Some(Caches {
+            deployments,
+            replicasets,
+            pods,
+            readiness_waiters,
+        });
+        self
     }
 
     /// Registers each request that waits with `waiters`, under its Deployment, for whoever feeds
@@ -145,15 +199,26 @@ impl DeploymentInterceptor {
                 owner.kind, owner.name
             )));
         }
-        let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
-        let rs = sets
-            .get_opt(&owner.name)
-            .await
-            .map_err(|e| Error::Read(format!("ReplicaSet {}", owner.name), e))?;
-        let Some(rs) = rs else {
-            return Ok(Err(format!("ReplicaSet {} is gone", owner.name)));
+        let cached = self
+            .caches
+            .as_ref()
+            .and_then(|c| c.replicasets.get(ns, &owner.name))
+            .flatten();
+        let owners = match cached {
+            Some(rs) => rs.metadata.owner_references.clone(),
+            None => {
+                let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
+                let rs = sets
+                    .get_opt(&owner.name)
+                    .await
+                    .map_err(|e| Error::Read(format!("ReplicaSet {}", owner.name), e))?;
+                let Some(rs) = rs else {
+                    return Ok(Err(format!("ReplicaSet {} is gone", owner.name)));
+                };
+                rs.metadata.owner_references
+            }
         };
-        match controller_of(rs.metadata.owner_references.as_ref()) {
+        match controller_of(owners.as_ref()) {
             Some(o) if o.kind == "Deployment" => Ok(Ok(o.name.clone())),
             _ => Ok(Err(format!(
                 "ReplicaSet {} of pod {pod_name} is not owned by a Deployment",
@@ -183,10 +248,20 @@ impl DeploymentInterceptor {
         }))
     }
 
-    /// The readiness of the Deployment's pods (its selector), read from the API.
+    /// The readiness of the Deployment's pods (its selector): from their watch when the
+    /// interceptor has one, else a LIST.
     async fn readiness(&self, d: &Deployment) -> Result<Vec<PodReadiness>, Error> {
         let ns = d.namespace().unwrap_or_default();
-        let selector = d.spec.selector.clone();
+        let selector = &d.spec.selector;
+        let read = |e| Error::Read(format!("pods of Deployment {}", d.name_any()), e);
+        if let Some(c) = &self.caches {
+            let pods = c
+                .pods
+                .pods(&(ns, d.name_any()), selector)
+                .await
+                .map_err(read)?;
+            return Ok(pods.iter().map(|p| PodReadiness::of(p)).collect());
+        }
         let by_labels = selector
             .match_labels
             .iter()
@@ -198,13 +273,67 @@ impl DeploymentInterceptor {
         let list = pods
             .list(&ListParams::default().labels(&by_labels))
             .await
-            .map_err(|e| Error::Read(format!("pods of Deployment {}", d.name_any()), e))?;
+            .map_err(read)?;
         Ok(list
             .items
             .iter()
-            .filter(|p| label_selector_matches(&selector, p.labels()))
+            .filter(|p| label_selector_matches(selector, p.labels()))
             .map(PodReadiness::of)
             .collect())
+    }
+
+    /// Deployment `ns/name` for attempt `attempt` of a look: the cached one (or the interceptor's
+    /// own last write, [`Writes::fresher`]) at first; after a patch made against version
+    /// `conflicted` failed, the cached one once the cache has moved past it (the usual conflict:
+    /// the Deployment controller wrote the status in between, and its watch event is a moment
+    /// away); from the third attempt on, or when the cache has not listed, does not hold it or
+    /// does not move within [`CATCH_UP`], read live.
+    async fn deployment(
+        &self,
+        ns: &str,
+        name: &str,
+        attempt: usize,
+        conflicted: Option<&str>,
+    ) -> Result<Option<Arc<Deployment>>, Error> {
+        let key: DeploymentKey = (ns.into(), name.into());
+        let cache = self.caches.as_ref().filter(|_| attempt < 2).filter(|c| {
+            matches!(
+                c.deployments.wait_until_ready().now_or_never(),
+                Some(Ok(()))
+            )
+        });
+        if let Some(c) = cache {
+            let get = || c.deployments.get(&ObjectRef::new(name).within(ns));
+            let cached = match conflicted {
+                None => get().map(|d| self.writes.fresher(&key, d)),
+                Some(version) => {
+                    // Neither the version that failed nor the one the interceptor's own write
+                    // replaced (the cache may still hold that).
+                    let replaced = self.writes.forget(&key);
+                    let past = |d: &Deployment| {
+                        let rv = d.resource_version();
+                        rv.as_deref() != Some(version) && rv != replaced
+                    };
+                    let deadline = tokio::time::Instant::now() + CATCH_UP;
+                    loop {
+                        match get() {
+                            Some(d) if past(&d) => break Some(d),
+                            _ if tokio::time::Instant::now() >= deadline => break None,
+                            _ => tokio::time::sleep(CATCH_UP / 50).await,
+                        }
+                    }
+                }
+            };
+            if let Some(d) = cached {
+                return Ok(Some(d));
+            }
+        }
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        Ok(api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Read(format!("Deployment {name}"), e))?
+            .map(Arc::new))
     }
 
     async fn step(&self, request: &EvictionRequest, pod: &Pod) -> Result<Progress, Error> {
@@ -224,12 +353,14 @@ impl DeploymentInterceptor {
         if let Some(w) = &self.waiters {
             w.wait((ns.clone(), name.clone()), request);
         }
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
-        for _ in 0..CONFLICT_RETRIES {
-            let Some(d) = api
-                .get_opt(&name)
-                .await
-                .map_err(|e| Error::Read(format!("Deployment {name}"), e))?
+        let key = (ns.clone(), name.clone());
+        // One look at a time decides on the Deployment (and writes it), its retries included.
+        let decides = self.writes.lock(&key).await;
+        let mut conflicted: Option<String> = None;
+        for attempt in 0..CONFLICT_RETRIES {
+            let Some(d) = self
+                .deployment(&ns, &name, attempt, conflicted.as_deref())
+                .await?
             else {
                 return Ok(Progress::complete(format!(
                     "no surge: Deployment {name} is gone"
@@ -241,13 +372,26 @@ impl DeploymentInterceptor {
                 facts.generation,
                 facts.observed_generation,
             );
-            let written = match on_activation(&facts, &name, &target, unobserved_for) {
+            let step = on_activation(&facts, &name, &target, unobserved_for);
+            // A request that surges or waits for a surge will want the readiness of the
+            // Deployment's pods: their watch lists now, and wakes the request when it changes.
+            if let Some(c) = &self.caches
+                && matches!(step, Step::Join { .. } | Step::Wait(_) | Step::Ready(_))
+            {
+                c.pods.watch(&(ns.clone(), name.clone()), &d.spec.selector);
+            }
+            let written = match step {
                 Step::Skip(message) => {
                     count("skipped");
                     return Ok(Progress::complete(message));
                 }
                 Step::Wait(message) => return Ok(Progress::in_progress(message)),
                 Step::Ready(message) => {
+                    drop(decides);
+                    // Before the read: a change of the pods' readiness after it wakes the request.
+                    if let Some(c) = &self.caches {
+                        c.readiness_waiters.wait(key.clone(), request);
+                    }
                     if let Ok(Some(record)) = &facts.record
                         && let Err(why) = confirmed(record, &self.readiness(&d).await?)
                     {
@@ -264,27 +408,31 @@ impl DeploymentInterceptor {
                     from,
                 } => patch_deployment(&self.client, &d, Some((from, replicas)), Some(&record))
                     .await
-                    .map(|_| {
+                    .map(|written| {
+                        self.writes.wrote(&key, &d, written);
                         (
                             "SurgeStarted",
                             format!(
                                 "Surged from {from} to {replicas} replicas for the eviction of pod {}",
                                 target.name
                             ),
-                            Progress::in_progress(format!(
-                                "surged Deployment {name} from {from} to {replicas} replicas; waiting until they are available"
-                            )),
+                            // The message of the looks that follow ([`surged`]): no second write.
+                            Progress::in_progress(surged(&name, record.base)),
                         )
                     }),
                 Step::Abandon { record, message } => {
                     // Only on the version read (resourceVersion test); replicas untouched.
                     patch_deployment(&self.client, &d, None, Some(&record))
                         .await
-                        .map(|_| ("SurgeAbandoned", message.clone(), Progress::complete(message)))
+                        .map(|written| {
+                            self.writes.wrote(&key, &d, written);
+                            ("SurgeAbandoned", message.clone(), Progress::complete(message))
+                        })
                 }
             };
             match written {
                 Ok((reason, note, progress)) => {
+                    drop(decides);
                     info!(deployment = %name, reason, "{note}");
                     count(if reason == "SurgeStarted" {
                         "started"
@@ -294,7 +442,7 @@ impl DeploymentInterceptor {
                     event(&self.recorder, &d, reason, note).await;
                     return Ok(progress);
                 }
-                Err(e) if is_conflict(&e) => continue,
+                Err(e) if is_conflict(&e) => conflicted = d.resource_version(),
                 Err(e) => return Err(e),
             }
         }
@@ -331,10 +479,13 @@ impl Interceptor for DeploymentInterceptor {
             return Ok(Progress::complete("no surge: the pod is gone"));
         };
         let progress = self.step(request, pod).await;
-        if let Some(w) = &self.waiters
-            && !matches!(progress, Ok(Progress::InProgress { .. }))
-        {
-            w.forget(request);
+        if !matches!(progress, Ok(Progress::InProgress { .. })) {
+            if let Some(w) = &self.waiters {
+                w.forget(request);
+            }
+            if let Some(c) = &self.caches {
+                c.readiness_waiters.forget(request);
+            }
         }
         Ok(progress?)
     }

@@ -17,6 +17,7 @@ mod interceptor;
 mod settler;
 pub mod surge;
 pub mod unobserved;
+mod writes;
 
 use std::time::Duration;
 
@@ -28,14 +29,21 @@ pub(crate) use settler::fate;
 
 use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployments::DeploymentWatch;
+use crate::interceptor::replicasets::ReplicaSets;
+use crate::interceptor::workload_pods::WorkloadPods;
 use crate::interceptor::{PodCache, Runner, Settings, Waiters};
+use surge::DeploymentFacts;
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "deployment.apps.k8s.io";
 /// Deployment annotation holding the [`surge::SurgeRecord`] while a surge lasts.
 pub const SURGE_ANNOTATION: &str = "evictord.dev/surge";
-/// How often a surged Deployment and an active request are looked at again.
-pub const POLL: Duration = Duration::from_secs(2);
+/// How often an active request is looked at again without a wake: a fallback, since a look is
+/// woken by every change of what it waits for (its Deployment's facts, its pods' readiness).
+pub const POLL: Duration = Duration::from_secs(30);
+/// How often the settler looks at a surged Deployment again (from caches: no request to
+/// kube-apiserver unless it writes), until its surge is settled.
+pub const SETTLE_POLL: Duration = Duration::from_secs(2);
 
 /// Errors of the Deployment interceptor's API calls.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +61,10 @@ pub enum Error {
 /// `autoscalers` is the shared HorizontalPodAutoscaler cache; `deployments` the shared watch of
 /// Deployments, subscribed to here (the settler's trigger, and the wakes of the requests that
 /// wait for a surge), to be started after; `pods` the interceptors' shared watch cache of pods
-/// (the runner's reads and the settler's).
+/// (the runner's reads and the settler's). A request is woken when its Deployment's facts change
+/// ([`surge::DeploymentFacts`]: not its resourceVersion or managed fields) and when the readiness
+/// of the Deployment's pods does (their watch, [`WorkloadPods`]) while it waits for them; ReplicaSets come from a watch
+/// cache of their owners ([`ReplicaSets`]).
 pub fn run(
     client: Client,
     settings: Settings,
@@ -68,7 +79,14 @@ pub fn run(
     };
     let runner = Runner::new(client.clone(), settings).pods(pods.clone());
     let waiters = Waiters::default();
-    let wakes = deployments.wakes(&waiters);
+    // Apart: a request waits for its pods' readiness only once the surge is available.
+    let readiness_waiters = Waiters::default();
+    let (workload_pods, readiness_changes) = WorkloadPods::new(client.clone());
+    let wakes = futures::stream::select(
+        deployments.wakes(&waiters, |d| DeploymentFacts::read(d, None)),
+        readiness_waiters.woken_by(readiness_changes),
+    );
+    let replicasets = ReplicaSets::start(&client, &shutdown);
     let settler = settler::run(
         client.clone(),
         pods,
@@ -77,7 +95,14 @@ pub fn run(
         deployments.store(),
         shutdown.clone(),
     );
-    let interceptor = DeploymentInterceptor::new(client, autoscalers).woken_by(waiters);
+    let interceptor = DeploymentInterceptor::new(client, autoscalers)
+        .reading(
+            deployments.store(),
+            replicasets,
+            workload_pods,
+            readiness_waiters,
+        )
+        .woken_by(waiters);
     async move {
         let token = shutdown.clone();
         tokio::join!(

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use super::decide::{Fate, has_left, settle};
 use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
-use super::{Error, POLL};
+use super::{Error, SETTLE_POLL};
 use crate::api::{CONDITION_CANCELED, EvictionRequest};
 use crate::interceptor::PodCache;
 
@@ -129,7 +129,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
         ));
     }
     let Some(s) = settle(&facts, &fates) else {
-        return Ok(Action::requeue(POLL));
+        return Ok(Action::requeue(SETTLE_POLL));
     };
     patch_deployment(&ctx.client, &d, s.replicas, s.record.as_ref()).await?;
     let name = d.name_any();
@@ -174,7 +174,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
 
 fn requeue(s: &super::decide::Settle) -> Action {
     if s.record.is_some() {
-        Action::requeue(POLL)
+        Action::requeue(SETTLE_POLL)
     } else {
         Action::await_change()
     }

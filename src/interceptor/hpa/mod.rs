@@ -36,6 +36,7 @@ use tracing::{info, warn};
 pub use interceptor::HpaInterceptor;
 
 use crate::interceptor::autoscalers::Autoscalers;
+use crate::interceptor::deployment::surge::DeploymentFacts;
 use crate::interceptor::deployments::DeploymentWatch;
 use crate::interceptor::{PodCache, Runner, Settings, Waiters};
 
@@ -103,7 +104,7 @@ pub fn run(
     let runner = Runner::new(client.clone(), settings).pods(pods.clone());
     let requests = runner.requests();
     let waiters = Waiters::default();
-    let wakes = deployments.wakes(&waiters);
+    let wakes = deployments.wakes(&waiters, |d| DeploymentFacts::read(d, None));
     let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers).woken_by(waiters);
     async move {
         match version {
