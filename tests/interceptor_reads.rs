@@ -3,7 +3,9 @@
 //! a PodDisruptionBudget allowing none to go), the `deployment.apps.k8s.io` interceptor and its
 //! settler (evictord's `interceptor` user agent) read the pods from the SDK runner's watch cache,
 //! with a live GET only for a pod the cache does not hold yet or to confirm one it lost; the old
-//! code GOT the pod on every look at a request and every 2 s per covered pod in the settler.
+//! code GOT the pod on every look at a request and every 2 s per covered pod in the settler. And
+//! the Deployment interceptor reads the pod's ReplicaSet, the Deployment and the readiness of its
+//! pods from watch caches too, within a budget of GETs and LISTs per surged pod.
 
 mod support;
 
@@ -26,6 +28,21 @@ const POD_GETS_PER_REQUEST: usize = 3;
 /// GETs of EvictionRequests per request: the settlers read them from the runner's watch cache
 /// and confirm live only one the cache does not hold.
 const REQUEST_GETS_PER_REQUEST: usize = 1;
+
+/// GETs of ReplicaSets per surged pod by the Deployment interceptor: a pod's ReplicaSet comes
+/// from a watch cache, read live only when the cache lacks it. (Before the cache, every look at
+/// a request GOT it: 36 for 3 surged pods at dfecc97.)
+const REPLICASET_GETS_PER_SURGED_POD: usize = 1;
+
+/// GETs of Deployments per surged pod: the Deployment comes from the shared watch cache, read
+/// live only to resolve a write conflict (a cache behind the guarded patch) or while the cache
+/// has not listed yet. (Before: every look, 38 for 3 surged pods at dfecc97.)
+const DEPLOYMENT_GETS_PER_SURGED_POD: usize = 1;
+
+/// LISTs of a surged Deployment's pods for the whole drain: their readiness comes from a watch
+/// of that Deployment's pods (its first list, and one more should the watch have to list again).
+/// (Before: a LIST at every look that found the surge available, 3 at dfecc97.)
+const POD_LISTS_PER_SURGED_DEPLOYMENT: usize = 2;
 
 #[tokio::test]
 async fn a_surged_drain_reads_its_pods_from_the_cache() {
@@ -73,19 +90,44 @@ async fn a_surged_drain_reads_its_pods_from_the_cache() {
         "interceptor GETs of EvictionRequests: {} for {replicas} EvictionRequests",
         request_gets.len()
     );
-    // Each look of the Deployment interceptor at a request reads the pod's ReplicaSet.
-    let looks = audit
+    // The Deployment interceptor's reads: the ReplicaSet, the Deployment and the readiness of
+    // the Deployment's pods.
+    let by_interceptor = |verb: &str, prefix: &str| {
+        audit
+            .iter()
+            .filter(|r| {
+                is_interceptor(&r.user_agent) && r.verb == verb && r.uri.starts_with(prefix)
+            })
+            .count()
+    };
+    let apps = format!("/apis/apps/v1/namespaces/{ns}");
+    let replicaset_gets = by_interceptor("get", &format!("{apps}/replicasets/"));
+    let deployment_gets = by_interceptor("get", &format!("{apps}/deployments/"));
+    let deployment_patches = by_interceptor("patch", &format!("{apps}/deployments/"));
+    // A LIST of the namespace's pods by label (the cluster-wide lists by node are the pod
+    // cache's, counted above).
+    let pod_lists = by_interceptor("list", &format!("/api/v1/namespaces/{ns}/pods"));
+    let status_writes = by_interceptor("patch", &requests_path);
+    println!(
+        "Deployment interceptor, for {replicas} surged pods: GETs of ReplicaSets {replicaset_gets}, \
+         GETs of Deployments {deployment_gets}, LISTs of pods {pod_lists}, PATCHes of the \
+         Deployment {deployment_patches}, status writes of EvictionRequests {status_writes}"
+    );
+    // The interceptor's requests on the Deployment, in order, for the record.
+    let mut on_deployment: Vec<_> = audit
         .iter()
         .filter(|r| {
-            is_interceptor(&r.user_agent)
-                && r.verb == "get"
-                && r.uri
-                    .starts_with(&format!("/apis/apps/v1/namespaces/{ns}/replicasets/"))
+            is_interceptor(&r.user_agent) && r.uri.starts_with(&format!("{apps}/deployments/"))
         })
-        .count();
-    println!(
-        "looks of the interceptor (GETs of ReplicaSets): {looks} for {replicas} EvictionRequests"
-    );
+        .collect();
+    on_deployment.sort_by_key(|r| r.received);
+    for r in &on_deployment {
+        let at = r
+            .received
+            .duration_since(started)
+            .map_or(0.0, |d| d.as_secs_f64());
+        println!("  {at:6.2} s {} {} {}", r.verb, r.uri, r.code);
+    }
     // The watch caches' own requests, for the record (a watch is logged once it ends).
     for r in audit.iter().filter(|r| {
         is_interceptor(&r.user_agent)
@@ -112,5 +154,21 @@ async fn a_surged_drain_reads_its_pods_from_the_cache() {
             .iter()
             .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
             .collect::<Vec<_>>()
+    );
+    let surged = replicas as usize;
+    assert!(
+        replicaset_gets <= REPLICASET_GETS_PER_SURGED_POD * surged,
+        "the Deployment interceptor GOT ReplicaSets {replicaset_gets} times for {surged} surged pods \
+         (budget {REPLICASET_GETS_PER_SURGED_POD} per pod)"
+    );
+    assert!(
+        deployment_gets <= DEPLOYMENT_GETS_PER_SURGED_POD * surged,
+        "the Deployment interceptor GOT the Deployment {deployment_gets} times for {surged} surged \
+         pods (budget {DEPLOYMENT_GETS_PER_SURGED_POD} per pod)"
+    );
+    assert!(
+        pod_lists <= POD_LISTS_PER_SURGED_DEPLOYMENT,
+        "the Deployment interceptor LISTed the Deployment's pods {pod_lists} times for one surged \
+         Deployment (budget {POD_LISTS_PER_SURGED_DEPLOYMENT})"
     );
 }
