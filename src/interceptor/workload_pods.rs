@@ -166,12 +166,14 @@ impl WorkloadPods {
         selector: &LabelSelector,
     ) -> Result<Vec<Arc<Pod>>, kube::Error> {
         self.watch(key, selector);
-        let store = self.watches().get(key).map(|w| w.store.clone());
+        // Pods may not be watched: no store will ever list.
+        let store = (!self.inner.denied.load(Ordering::Acquire))
+            .then(|| self.watches().get(key).map(|w| w.store.clone()))
+            .flatten();
         if let Some(store) = store
             && tokio::time::timeout(LIST_WAIT, store.wait_until_ready())
                 .await
                 .is_ok_and(|r| r.is_ok())
-            && !self.inner.denied.load(Ordering::Acquire)
         {
             return Ok(store
                 .state()
