@@ -760,7 +760,8 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
         "forbidden",
         "denied the request",
         "could not patch caBundle",
-        // The DaemonSet interceptor's cache needs list and watch.
+        // The interceptors' watch caches (DaemonSets, ReplicaSets, a surged workload's pods)
+        // need list and watch.
         "may not list and watch",
     ] {
         assert!(
