@@ -95,6 +95,11 @@ impl DeploymentWatch {
     }
 }
 
+/// How many Deployments' fingerprints are remembered before all are forgotten (a deleted
+/// Deployment's is never removed: the subscription sees no deletion). Forgetting costs one wake
+/// of the requests waiting on each Deployment at its next change, no more.
+const FINGERPRINTS_KEPT: usize = 65_536;
+
 /// The last fingerprint seen of each Deployment.
 struct Fingerprints<F> {
     seen: HashMap<DeploymentKey, F>,
@@ -119,6 +124,9 @@ impl<F: PartialEq> Fingerprints<F> {
                 true
             }
             None => {
+                if self.seen.len() >= FINGERPRINTS_KEPT {
+                    self.seen.clear();
+                }
                 self.seen.insert(key.clone(), now);
                 true
             }
