@@ -273,6 +273,8 @@ pub struct SpawnOptions {
     pub cert_dir: Option<PathBuf>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// The binary (default: [`serve_bin`]), e.g. the build of an earlier commit.
+    pub bin: Option<PathBuf>,
 }
 
 impl Evictord {
@@ -286,7 +288,8 @@ impl Evictord {
             .unwrap_or_else(|| c.dir.join(format!("evictord-certs-{webhook_port}")));
         let kubeconfig = opts.kubeconfig.unwrap_or_else(|| c.kubeconfig.clone());
         let log = c.dir.join(format!("evictord-{webhook_port}.log"));
-        let mut cmd = Command::new(serve_bin());
+        let bin = opts.bin.unwrap_or_else(|| PathBuf::from(serve_bin()));
+        let mut cmd = Command::new(bin);
         cmd.arg("serve")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
