@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds docs reference mdbook lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos
+.PHONY: run test build envtest tools promtool crds docs reference mdbook lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos soak
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -158,3 +158,17 @@ CHAOS_TESTS ?= chaos_drain chaos_apiserver_restart chaos_etcd_pause
 chaos:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
 	$(CARGO) test --locked --no-fail-fast $(addprefix --test ,$(CHAOS_TESTS)) -- --ignored --nocapture
+
+## make soak: a pool of every workload kind drained round after round (NodeMaintenances under a
+## MaintenanceBudget and the real kubectl drain through the bridge at once) while a seeded random
+## schedule of faults hits evictord's leader and standby, kube-apiserver and etcd, and rolls
+## evictord to the build of SOAK_OLD_COMMIT and back (built once by tests/tools/soak-old-build.sh,
+## cached outside the repository); the invariants are checked every 200 ms the whole run
+## (tests/soak.rs, docs/src/reliability.md "The soak"). About ten minutes once built. Knobs:
+## SOAK_SEED (reproduce a run; default: the clock), SOAK_FAULTS (default 32; more runs longer).
+SOAK_OLD_COMMIT ?= 06aeac2
+soak:
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
+	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
+	export SOAK_OLD_BUILD="$$(tests/tools/soak-old-build.sh $(SOAK_OLD_COMMIT))"; \
+	$(CARGO) test --locked --test soak -- --ignored --nocapture

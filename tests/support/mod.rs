@@ -21,6 +21,7 @@ pub mod node_agent;
 pub mod plugin;
 pub mod pool;
 pub mod process;
+pub mod soak;
 pub mod static_kubelet;
 pub mod surge;
 pub mod tls_client;

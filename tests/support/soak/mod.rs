@@ -1,0 +1,646 @@
+//! The soak (`make soak`, `tests/soak.rs`): the pool of [`super::pool`] drained over and over —
+//! part of it by NodeMaintenances under a MaintenanceBudget (a rolling maintenance, a few nodes
+//! at a time), part by the real `kubectl drain` through the Eviction API bridge at the same
+//! time — while a seeded schedule of faults ([`schedule`]) hits evictord's two replicas
+//! ([`replicas`]) and the control plane, and a checker ([`checker`]) watches the invariants the
+//! whole time. This module holds the pieces between them: the fault timeline, the faults'
+//! effects, the drain rounds and the end's leftovers check.
+
+pub mod checker;
+pub mod replicas;
+pub mod schedule;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use evictord::api::{
+    EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION, EXCLUDE_FROM_EXTERNAL_LB_LABEL, MAINTENANCE_TAINT,
+    MAINTENANCE_TAINT_BEFORE_ANNOTATION, NodeMaintenance, Stage, UNSCHEDULABLE_BEFORE_ANNOTATION,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::TestCluster;
+use super::pool::Pool;
+use super::pool::workloads::Kind;
+use replicas::Replicas;
+use schedule::{Fault, Planned};
+
+/// Label of the nodes the rolling maintenance drains (value: the pool's id); the
+/// MaintenanceBudget selects them by it.
+pub const MAINTAINED_LABEL: &str = "soak.evictord.dev/maintained";
+/// Label of every NodeMaintenance of the soak (value: the round).
+pub const ROUND_LABEL: &str = "soak.evictord.dev/round";
+
+/// What happened when: the faults and the drain rounds, for every failure message.
+#[derive(Clone, Default)]
+pub struct Timeline {
+    start: Arc<Mutex<Option<Instant>>>,
+    events: Arc<Mutex<Vec<(f64, String)>>>,
+}
+
+impl Timeline {
+    pub fn new(start: Instant) -> Self {
+        Self {
+            start: Arc::new(Mutex::new(Some(start))),
+            events: Arc::default(),
+        }
+    }
+
+    pub fn note(&self, what: impl Into<String>) {
+        let t = self
+            .start
+            .lock()
+            .unwrap()
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let what = what.into();
+        eprintln!("soak {t:7.1} s: {what}");
+        self.events.lock().unwrap().push((t, what));
+    }
+
+    pub fn render(&self) -> String {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(t, w)| format!("  {t:7.1} s  {w}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Where the earlier build's binary and CRDs are (`SOAK_OLD_BUILD`, the directory
+/// `tests/tools/soak-old-build.sh` prints).
+pub struct OldBuild {
+    pub bin: std::path::PathBuf,
+    pub crds: std::path::PathBuf,
+}
+
+/// The CRD files of this build (the chart's).
+pub fn current_crds() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/evictord/crds")
+}
+
+/// Applies the CRD files in `dir` as the book's upgrade section says
+/// (`kubectl apply --server-side -f <dir>`), then waits until every one is Established.
+pub fn apply_crds(c: &TestCluster, dir: &std::path::Path) -> anyhow::Result<()> {
+    let dir = dir.to_string_lossy().to_string();
+    let out = super::tools::kubectl(c, &["apply", "--server-side", "-f", &dir], None);
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl apply --server-side -f {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = super::tools::kubectl(
+        c,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            &dir,
+        ],
+        None,
+    );
+    anyhow::ensure!(
+        out.status.success(),
+        "CRDs of {dir} not Established: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Runs the `plan` against the control plane and the replicas; returns how many faults were
+/// injected. Each fault finishes (the killed replica restarted, kube-apiserver answering,
+/// etcd resumed, the roll done) before the next pause starts.
+pub async fn inject(
+    c: &'static TestCluster,
+    replicas: Arc<tokio::sync::Mutex<Replicas>>,
+    plan: Vec<Planned>,
+    old: Option<Arc<OldBuild>>,
+    timeline: Timeline,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<usize> {
+    let mut injected = 0;
+    for (i, p) in plan.iter().enumerate() {
+        tokio::time::sleep(p.after).await;
+        if stop.load(std::sync::atomic::Ordering::Acquire) {
+            break;
+        }
+        let n = i + 1;
+        match p.fault {
+            Fault::KillLeader { restart_after } | Fault::KillStandby { restart_after } => {
+                let leader = matches!(p.fault, Fault::KillLeader { .. });
+                let mut r = replicas.lock().await;
+                // After a kill the Lease names the dead replica until it expires: wait (bounded)
+                // for a live holder.
+                let mut target = None;
+                for _ in 0..60 {
+                    target = if leader {
+                        r.leader().await
+                    } else {
+                        r.standby().await
+                    };
+                    if target.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                let Some(target) = target else {
+                    timeline.note(format!(
+                        "fault {n}: {} skipped: no {} known",
+                        p.fault,
+                        if leader { "Lease holder" } else { "standby" }
+                    ));
+                    continue;
+                };
+                r.remove(&target, true);
+                timeline.note(format!("fault {n}: {} ({target})", p.fault));
+                tokio::time::sleep(restart_after).await;
+                let old_now = r.running_old();
+                r.add(old_now).await?;
+                timeline.note(format!(
+                    "fault {n}: replacement started and ready ({})",
+                    r.live.last().map(|x| x.identity.as_str()).unwrap_or("?")
+                ));
+            }
+            Fault::RestartApiserver => {
+                timeline.note(format!("fault {n}: {}", p.fault));
+                let restart = c.restart_apiserver().await;
+                timeline.note(format!(
+                    "fault {n}: kube-apiserver answering again ({:.1} s without an answer{})",
+                    restart
+                        .answering
+                        .duration_since(restart.stopping)
+                        .unwrap_or_default()
+                        .as_secs_f64(),
+                    if restart.killed { ", SIGKILLed" } else { "" }
+                ));
+            }
+            Fault::PauseEtcd { for_ } => {
+                timeline.note(format!("fault {n}: {}", p.fault));
+                let paused = c.pause_etcd();
+                tokio::time::sleep(for_).await;
+                paused.resume();
+                timeline.note(format!("fault {n}: etcd resumed"));
+            }
+            Fault::Downgrade | Fault::Upgrade => {
+                let down = p.fault == Fault::Downgrade;
+                let Some(old) = old.as_ref() else {
+                    timeline.note(format!("fault {n}: {} skipped: no earlier build", p.fault));
+                    continue;
+                };
+                let crds = if down {
+                    old.crds.clone()
+                } else {
+                    current_crds()
+                };
+                timeline.note(format!(
+                    "fault {n}: {}: CRDs of {} applied first",
+                    p.fault,
+                    if down {
+                        "the earlier build"
+                    } else {
+                        "this build"
+                    }
+                ));
+                apply_crds(c, &crds)?;
+                let mut r = replicas.lock().await;
+                r.roll(down).await?;
+                timeline.note(format!(
+                    "fault {n}: roll done, replicas {:?}{}",
+                    r.live
+                        .iter()
+                        .map(|x| x.identity.as_str())
+                        .collect::<Vec<_>>(),
+                    if down {
+                        "; invariants suspended while it runs: none (the earlier commit has \
+                         every feature the invariants check)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        injected += 1;
+    }
+    Ok(injected)
+}
+
+/// One drain round's figures.
+#[derive(Debug, Default)]
+pub struct Round {
+    /// Pods (not the DaemonSet's) on the drained nodes when the round started.
+    pub targeted: usize,
+    /// `kubectl drain` runs (a run that exits non-zero, e.g. cut by a kube-apiserver restart,
+    /// is run again, as an administrator would).
+    pub kubectl_runs: usize,
+    pub seconds: f64,
+}
+
+/// What is wrong at the end of a round, or `Ok` with its figures.
+pub type RoundResult = Result<Round, String>;
+
+/// One round: a NodeMaintenance in stage Drain for each node labelled [`MAINTAINED_LABEL`]
+/// (the budget admits them a few at a time; each goes to Complete once Drained), and at the
+/// same time `kubectl drain` of `kubectl_nodes` (then `kubectl uncordon`); waits, at most
+/// `bound`, until every maintenance gave its nodes back and kubectl is done, deletes the
+/// maintenances, and checks that every pod targeted at the start is gone and the pool is
+/// restored.
+pub async fn round(
+    c: &'static TestCluster,
+    pool: &Pool,
+    number: usize,
+    maintained: &[String],
+    kubectl_nodes: &[String],
+    timeline: &Timeline,
+    bound: Duration,
+) -> RoundResult {
+    let t = Instant::now();
+    let client = &pool.client;
+    let drained: BTreeSet<&String> = maintained.iter().chain(kubectl_nodes).collect();
+    let daemonset: BTreeSet<String> = pool
+        .workloads
+        .iter()
+        .filter(|w| w.row.kind == Kind::DaemonSet)
+        .map(|w| w.name.clone())
+        .collect();
+    let targeted: Vec<(String, String)> = pool
+        .played
+        .pods()
+        .state()
+        .iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| drained.contains(n))
+                && !p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(super::pool::workloads::WORKLOAD_LABEL))
+                    .is_some_and(|w| daemonset.contains(w))
+        })
+        .map(|p| {
+            (
+                p.metadata.uid.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    timeline.note(format!(
+        "round {number}: {} pods on the drained nodes; NodeMaintenances for {maintained:?}, kubectl drain of {kubectl_nodes:?}",
+        targeted.len()
+    ));
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    for node in maintained {
+        let nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "evictord.dev/v1alpha1", "kind": "NodeMaintenance",
+            "metadata": {"name": format!("soak-{number}-{node}"), "labels": {ROUND_LABEL: number.to_string()}},
+            "spec": {"nodeSelector": super::budget::by_name(&[node.as_str()]), "stage": "Drain",
+                     "reason": format!("soak round {number}")},
+        }))
+        .map_err(|e| e.to_string())?;
+        let pp = PostParams::default();
+        retry(|| nms.create(&pp, &nm))
+            .await
+            .map_err(|e| format!("creating NodeMaintenance for {node}: {e}"))?;
+    }
+    let kubectl = tokio::spawn(kubectl_drain(c, kubectl_nodes.to_vec(), bound, number));
+    let mine = ListParams::default().labels(&format!("{ROUND_LABEL}={number}"));
+    let deadline = Instant::now() + bound;
+    let mut completed = BTreeSet::new();
+    loop {
+        if let Ok(Ok(list)) = tokio::time::timeout(Duration::from_secs(10), nms.list(&mine)).await {
+            for nm in &list.items {
+                let name = nm.metadata.name.clone().unwrap_or_default();
+                let drained = nm
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.is_true(evictord::api::CONDITION_DRAINED));
+                if drained && nm.spec.stage == Some(Stage::Drain) {
+                    let patch = Patch::Merge(json!({"spec": {"stage": "Complete"}}));
+                    if nms
+                        .patch(&name, &PatchParams::default(), &patch)
+                        .await
+                        .is_ok()
+                        && completed.insert(name.clone())
+                    {
+                        timeline.note(format!("round {number}: {name} Drained, set to Complete"));
+                    }
+                }
+            }
+            let released = list.items.iter().all(|nm| {
+                nm.spec.stage == Some(Stage::Complete)
+                    && nm
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.admission.as_ref())
+                        .is_some_and(|a| a.released_time.is_some())
+            });
+            if released && list.items.len() == maintained.len() && kubectl.is_finished() {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            let state = nms
+                .list(&mine)
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .map(|nm| {
+                            format!(
+                                "{}: stage {:?}, status {}",
+                                nm.metadata.name.clone().unwrap_or_default(),
+                                nm.spec.stage,
+                                serde_json::to_string(&nm.status).unwrap_or_default()
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_else(|e| e.to_string());
+            kubectl.abort();
+            return Err(format!(
+                "round {number} not done within {bound:?} (kubectl drain done: {}); its maintenances:\n{state}",
+                kubectl.is_finished()
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let kubectl_runs = kubectl
+        .await
+        .map_err(|e| format!("kubectl drain task: {e}"))??;
+    // Every targeted pod gone (a UID never comes back).
+    let present: BTreeSet<String> = pool
+        .played
+        .pods()
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let left: Vec<&String> = targeted
+        .iter()
+        .filter(|(uid, _)| present.contains(uid))
+        .map(|(_, name)| name)
+        .collect();
+    if !left.is_empty() {
+        return Err(format!(
+            "round {number}: targeted pods still present after every maintenance was Complete and kubectl drain succeeded: {left:?}"
+        ));
+    }
+    for nm in retry(|| nms.list(&mine))
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+    {
+        let name = nm.metadata.name.unwrap_or_default();
+        let dp = DeleteParams::default();
+        let _ = retry(|| nms.delete(&name, &dp)).await;
+    }
+    pool.wait_restored(bound)
+        .await
+        .map_err(|e| format!("round {number}: pool not restored: {e}"))?;
+    let r = Round {
+        targeted: targeted.len(),
+        kubectl_runs,
+        seconds: t.elapsed().as_secs_f64(),
+    };
+    timeline.note(format!(
+        "round {number} done in {:.1} s: {} pods drained, kubectl drain run {} times",
+        r.seconds, r.targeted, r.kubectl_runs
+    ));
+    Ok(r)
+}
+
+/// `kubectl drain` of `nodes` with the pool's flags, run again 3 s after it exits non-zero (as
+/// an administrator would after kube-apiserver went away under it) until `bound` has passed,
+/// then `kubectl uncordon`; returns the runs.
+async fn kubectl_drain(
+    c: &'static TestCluster,
+    nodes: Vec<String>,
+    bound: Duration,
+    round: usize,
+) -> Result<usize, String> {
+    let mut args: Vec<String> = vec!["drain".into()];
+    args.extend(nodes.iter().cloned());
+    args.extend(
+        super::pool::KUBECTL_DRAIN_FLAGS
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    args.push(format!("--timeout={}s", bound.as_secs()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut outputs = Vec::new();
+    let until = Instant::now() + bound;
+    for run in 1..=1000 {
+        if Instant::now() > until {
+            break;
+        }
+        let log = c.dir.join(format!("soak-kubectl-drain-{round}-{run}.log"));
+        let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let mut child = super::tools::kubectl_command(c, &args)
+            .stdout(file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("kubectl drain: {e}"))?;
+        let deadline = Instant::now() + bound + Duration::from_secs(10);
+        let code = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        if code == Some(0) {
+            let mut uncordon = vec!["uncordon"];
+            uncordon.extend(nodes.iter().map(String::as_str));
+            for _ in 0..20 {
+                if super::tools::kubectl(c, &uncordon, None).status.success() {
+                    return Ok(run);
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            return Err(format!("kubectl uncordon {nodes:?} failed 20 times"));
+        }
+        outputs.push(format!(
+            "run {run}: exit {code:?}\n{}",
+            super::control_plane::tail(&output, 15)
+        ));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    Err(format!(
+        "kubectl drain of {nodes:?} did not succeed within {bound:?} ({} runs); the last:\n{}",
+        outputs.len(),
+        outputs[outputs.len().saturating_sub(3)..].join("\n")
+    ))
+}
+
+/// An API call retried (at most 10 times, 2 s apart) while the control plane is down.
+async fn retry<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut last = None;
+    for _ in 0..10 {
+        match tokio::time::timeout(Duration::from_secs(10), call()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(kube::Error::Api(e))) if e.code < 500 && e.code != 429 => {
+                return Err(kube::Error::Api(e));
+            }
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Err(last.unwrap_or_else(|| {
+        kube::Error::Service(Box::new(std::io::Error::other("timed out 10 times")))
+    }))
+}
+
+/// What evictord left behind on the pool's nodes, Deployments and autoscalers (empty: nothing):
+/// a node cordoned or carrying the maintenance taint, the exclusion label or one of the
+/// annotations that remember a node's state; a Deployment's surge record; an autoscaler's raised
+/// floor (its record, or `minReplicas` above the workload's).
+pub async fn leftovers(client: &Client, pool: &Pool) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{}={}", super::pool::POOL_LABEL, pool.id)))
+        .await?;
+    for n in nodes.items {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let spec = n.spec.clone().unwrap_or_default();
+        if spec.unschedulable == Some(true) {
+            found.push(format!("node {name} cordoned"));
+        }
+        if spec
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == MAINTENANCE_TAINT)
+        {
+            found.push(format!("node {name} tainted {MAINTENANCE_TAINT}"));
+        }
+        if n.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(EXCLUDE_FROM_EXTERNAL_LB_LABEL))
+        {
+            found.push(format!(
+                "node {name} labelled {EXCLUDE_FROM_EXTERNAL_LB_LABEL}"
+            ));
+        }
+        for a in [
+            UNSCHEDULABLE_BEFORE_ANNOTATION,
+            MAINTENANCE_TAINT_BEFORE_ANNOTATION,
+            EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION,
+        ] {
+            if n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|m| m.contains_key(a))
+            {
+                found.push(format!("node {name} annotated {a}"));
+            }
+        }
+    }
+    for d in Api::<Deployment>::namespaced(client.clone(), &pool.ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        if d.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(evictord::interceptor::deployment::SURGE_ANNOTATION))
+        {
+            found.push(format!(
+                "Deployment {:?} keeps its surge record",
+                d.metadata.name
+            ));
+        }
+    }
+    for h in Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &pool.ns)
+        .list(&ListParams::default())
+        .await?
+    {
+        let row = pool
+            .workloads
+            .iter()
+            .find(|w| w.name == h.spec.scale_target_ref.name);
+        if h.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(evictord::interceptor::hpa::RECORD_ANNOTATION))
+        {
+            found.push(format!(
+                "HorizontalPodAutoscaler {:?} keeps its raised-floor record",
+                h.metadata.name
+            ));
+        }
+        if row.is_some_and(|w| h.spec.min_replicas != Some(w.row.replicas)) {
+            found.push(format!(
+                "HorizontalPodAutoscaler {:?} minReplicas {:?}",
+                h.metadata.name, h.spec.min_replicas
+            ));
+        }
+    }
+    let nms = Api::<NodeMaintenance>::all(client.clone())
+        .list(&ListParams::default().labels(ROUND_LABEL))
+        .await?;
+    for nm in nms.items {
+        found.push(format!(
+            "NodeMaintenance {:?} still present (stage {:?})",
+            nm.metadata.name, nm.spec.stage
+        ));
+    }
+    Ok(found)
+}
+
+/// Labels `nodes` with [`MAINTAINED_LABEL`]` = id` and creates a MaintenanceBudget `name` over
+/// them allowing `max_unavailable` at once.
+pub async fn rolling_budget(
+    client: &Client,
+    name: &str,
+    id: &str,
+    nodes: &[String],
+    max_unavailable: i32,
+) -> anyhow::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    for n in nodes {
+        api.patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {MAINTAINED_LABEL: id}}})),
+        )
+        .await?;
+    }
+    let b: evictord::api::MaintenanceBudget = serde_json::from_value(json!({
+        "apiVersion": "evictord.dev/v1alpha1", "kind": "MaintenanceBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": MAINTAINED_LABEL, "operator": "In", "values": [id]}
+            ]}]},
+            "maxUnavailable": max_unavailable,
+        }
+    }))?;
+    Api::<evictord::api::MaintenanceBudget>::all(client.clone())
+        .create(&PostParams::default(), &b)
+        .await?;
+    Ok(())
+}
