@@ -250,7 +250,76 @@ fn kubelet_pod(extra: serde_json::Value) -> Pod {
     if let Some(s) = extra.get("status") {
         v["status"] = s.clone();
     }
+    if let Some(g) = extra.get("readinessGates") {
+        v["spec"]["readinessGates"] = g.clone();
+    }
     serde_json::from_value(v).unwrap()
+}
+
+/// A started pod (containers ready) with the `evictord.dev/serving` gate: its `Ready` and the
+/// gate's condition (`None`: not written yet).
+fn gated_pod(ready: bool, serving: Option<bool>) -> Pod {
+    let status = |b: bool| if b { "True" } else { "False" };
+    let mut conditions = vec![
+        json!({"type": "ContainersReady", "status": "True"}),
+        json!({"type": "Ready", "status": status(ready)}),
+    ];
+    if let Some(s) = serving {
+        conditions.push(json!({"type": "evictord.dev/serving", "status": status(s)}));
+    }
+    kubelet_pod(json!({
+        "readinessGates": [{"conditionType": "evictord.dev/serving"}],
+        "status": {"phase": "Running", "conditions": conditions},
+    }))
+}
+
+/// A kubelet's `Ready` is its containers' readiness and every readiness gate: the played kubelet
+/// follows the gate's condition both ways, and leaves a pod without gates alone once started.
+#[test]
+fn the_kubelet_computes_ready_from_the_readiness_gates() {
+    let timing = Timing::default();
+    let t0 = Instant::now();
+    let bound = Seen {
+        bound: Some(t0),
+        deleting: None,
+    };
+    let started = json!({"status": {"phase": "Running", "conditions": [
+        {"type": "ContainersReady", "status": "True"}, {"type": "Ready", "status": "True"}]}});
+    let cases = [
+        (
+            "no gate, started and Ready",
+            kubelet_pod(started),
+            Step::Wait,
+        ),
+        (
+            "gate not written yet, unready",
+            gated_pod(false, None),
+            Step::Wait,
+        ),
+        (
+            "gate True, unready",
+            gated_pod(false, Some(true)),
+            Step::Gate(true),
+        ),
+        ("gate True, Ready", gated_pod(true, Some(true)), Step::Wait),
+        (
+            "gate False, Ready",
+            gated_pod(true, Some(false)),
+            Step::Gate(false),
+        ),
+        (
+            "gate False, unready",
+            gated_pod(false, Some(false)),
+            Step::Wait,
+        ),
+    ];
+    for (what, p, want) in cases {
+        assert_eq!(
+            schedule::kubelet_step(&p, &bound, t0 + Duration::from_secs(9), &timing),
+            want,
+            "{what}"
+        );
+    }
 }
 
 #[test]
@@ -421,6 +490,19 @@ fn an_unserved_interceptor_is_left_out_and_its_rows_leave_the_goal() {
         .find(|r| r.kind == workloads::Kind::StatefulSet)
         .unwrap();
     assert!(!workloads::under_goal(statefulset, &both));
+    // The endpoints interceptor changes when a pod stops serving, not how many replicas are
+    // available: its row stays under the goal without it, and its pods carry it only when served.
+    let behind_service = MIX.iter().find(|r| workloads::has_service(r)).unwrap();
+    assert!(workloads::under_goal(behind_service, &both));
+    assert!(!workloads::leaves_endpoints_first(behind_service, &both));
+    let with_endpoints = vec![
+        workloads::DEPLOYMENT.to_string(),
+        workloads::ENDPOINTS.to_string(),
+    ];
+    assert!(workloads::leaves_endpoints_first(
+        behind_service,
+        &with_endpoints
+    ));
 }
 
 #[test]

@@ -74,7 +74,8 @@ pub async fn run(
         .await
         .set_request_audit(true)
         .await;
-    let c = support::control_plane::cluster_with_controller_manager().await;
+    // The endpoint controllers too: issue 43's figure watches the Services' endpoints.
+    let c = support::control_plane::cluster_with_endpoint_controllers().await;
     support::evictord::install_crds(c).await;
     let client = c.client().await;
     unregister_webhooks(&client).await?;
@@ -141,8 +142,23 @@ async fn run_mode(
             start_delay: p.start_delay,
             grace: p.grace,
         },
-        served: p.served.clone(),
+        served: mode.served(&p.served),
         at_least_one: false,
+    };
+    let start_evictord = || async {
+        let t = Instant::now();
+        let flags: Vec<&str> = p.evictord_flags.iter().map(String::as_str).collect();
+        let e = support::Evictord::start(c, &flags).await;
+        e.register_webhooks(c, "evictord").await;
+        (e, t.elapsed().as_secs_f64())
+    };
+    // With `+endpoints`, evictord runs before the pool is created, as it would be installed
+    // before the workloads: its pod webhook gives the pods that declare the interceptor their
+    // readiness gate (a pod created without it is only delayed, never taken out of its endpoints).
+    let early = if mode.endpoints {
+        Some(start_evictord().await)
+    } else {
+        None
     };
     let t = Instant::now();
     let pool = Pool::create(c, client, &ns, &id, &spec).await?;
@@ -154,14 +170,13 @@ async fn run_mode(
         pool.workloads.len(),
         pool.nodes.len()
     );
-    let (evictord, evictord_start_seconds) = if mode.evictord {
-        let t = Instant::now();
-        let flags: Vec<&str> = p.evictord_flags.iter().map(String::as_str).collect();
-        let e = support::Evictord::start(c, &flags).await;
-        e.register_webhooks(c, "evictord").await;
-        (Some(e), Some(t.elapsed().as_secs_f64()))
-    } else {
-        (None, None)
+    let (evictord, evictord_start_seconds) = match early {
+        Some((e, seconds)) => (Some(e), Some(seconds)),
+        None if mode.evictord => {
+            let (e, seconds) = start_evictord().await;
+            (Some(e), Some(seconds))
+        }
+        None => (None, None),
     };
     // The idle baseline: evictord on the settled pool with nothing to do.
     let idle = if evictord.is_some() && audit.is_some() && !p.idle.is_zero() {
@@ -186,6 +201,8 @@ async fn run_mode(
         .sample(deadline + RESTORE + Duration::from_secs(60))
         .await?;
     let request_watch = crate::pool_requests::RequestWatch::start(client, &ns).await;
+    let endpoints_timeline = support::endpoints::Timeline::start_namespace(client, &ns).await;
+    let behind_services = crate::pool_endpoints::watched(&pool);
     let t0 = Instant::now();
     let log = dir.join(format!("pool-{}-kubectl.log", mode.slug()));
     // Each call of the mode appends: start from an empty log, not an earlier run's.
@@ -242,6 +259,12 @@ async fn run_mode(
         }
     );
     let restore = pool.wait_restored(RESTORE).await;
+    let endpoints = crate::pool_endpoints::figures(
+        &endpoints_timeline,
+        &behind_services,
+        spec.served.iter().any(|s| s == workloads::ENDPOINTS),
+    );
+    drop(endpoints_timeline);
     let restore_seconds = t0.elapsed().as_secs_f64() - completion_seconds;
     let samples = sampler.stop().await;
     let window = t0.elapsed().as_secs_f64();
@@ -327,6 +350,7 @@ async fn run_mode(
         node_rolls,
         roll_summary,
         last_departures: samples.departures.iter().rev().take(5).cloned().collect(),
+        endpoints,
         api_requests_per_evicted_pod: per(requests),
         api_writes_per_evicted_pod: per(writes),
         api_requests_top: crate::prom::per_pod(

@@ -2,7 +2,10 @@
 //! the goal below desired, no PodDisruptionBudget floor broken, the drained nodes emptied, the
 //! drain at most [`TIME_RATIO`] × `kubectl drain` alone) and issue 41's (the rollouts: never more
 //! nodes unavailable than `--max-unavailable` allows, the rollout at most [`ROLL_RATIO`] × the
-//! node-after-node script, with `--cordon-first` every pod moved once). The modes without
+//! node-after-node script, with `--cordon-first` every pod moved once) and issue 43's (the
+//! `+endpoints` modes: every pod that declares the interceptor out of its Services' ready
+//! addresses for at least its delay before its deletion, the drain at most [`ENDPOINTS_RATIO`] ×
+//! the same mode without it, plus the delay). The modes without
 //! evictord get a reported row each. Issue 44's rows (kube-apiserver's requests by client) are
 //! [`crate::pool_clients::goals`]'s, against the same counterpart.
 
@@ -17,6 +20,9 @@ use crate::support::pool::workloads::{Kind, Variant};
 pub const TIME_RATIO: f64 = 1.5;
 /// The time goal of issue 41: a rollout at most this many times the node-after-node script.
 pub const ROLL_RATIO: f64 = 0.6;
+/// The time goal of issue 43: a `+endpoints` mode at most this many times the same mode without
+/// the interceptor, plus the pods' deregistration delay.
+pub const ENDPOINTS_RATIO: f64 = 1.2;
 
 fn goal(issue: &str, what: String, measured: String, target: &str, verdict: Verdict) -> Goal {
     Goal {
@@ -189,7 +195,12 @@ fn mode_goals(p: &PoolResults, m: &ModeResult, out: &mut Vec<Goal>) {
     if m.mode.drainer.is_rollout() {
         budget_goal(m, out);
     }
-    time_goal(p, m, out);
+    if m.mode.endpoints {
+        // Its time goal is issue 43's: beside the same mode without the interceptor.
+        endpoints_goals(p, m, out);
+    } else {
+        time_goal(p, m, out);
+    }
     if m.mode.drainer == Drainer::RolloutCordonFirst {
         let once = m.pods_at_start > 0 && m.pods_evicted == m.pods_at_start;
         out.push(goal(
@@ -326,5 +337,66 @@ fn time_goal(p: &PoolResults, m: &ModeResult, out: &mut Vec<Goal>) {
             ))
         }
         _ => {}
+    }
+}
+
+/// Issue 43's rows for a `+endpoints` mode.
+fn endpoints_goals(p: &PoolResults, m: &ModeResult, out: &mut Vec<Goal>) {
+    let e = &m.endpoints;
+    out.push(goal(
+        "43",
+        format!(
+            "pool `{}`: pods declaring endpoints.evictord.dev, out of every ready endpoint before their deletion",
+            m.id
+        ),
+        format!(
+            "least {} s (median {} s) over {} deleted of {} on the drained nodes; {} out for less than the delay, {} deleted while still a ready address",
+            e.least.map_or("-".into(), |v| format!("{v:.1}")),
+            e.median.map_or("-".into(), |v| format!("{v:.1}")),
+            e.deleted,
+            e.pods,
+            e.under_delay,
+            e.still_serving
+        ),
+        &format!("≥ {:.0} s each", e.delay_seconds),
+        if e.deleted == 0 {
+            Verdict::NotMeasured
+        } else {
+            Verdict::of(e.declared && e.under_delay == 0)
+        },
+    ));
+    let base = ok_modes(p).into_iter().find(|o| {
+        !o.mode.endpoints
+            && o.mode.evictord
+            && o.mode.variant == m.mode.variant
+            && o.mode.drainer == m.mode.drainer
+    });
+    let target = format!("≤ {ENDPOINTS_RATIO} × without + {:.0} s", e.delay_seconds);
+    match base {
+        Some(b) if b.completed => {
+            let allowed = ENDPOINTS_RATIO * b.completion_seconds + e.delay_seconds;
+            out.push(goal(
+                "43",
+                format!("pool `{}`: drain time beside `{}`", m.id, b.id),
+                format!(
+                    "{:.0} s; without: {:.0} s, so at most {allowed:.0} s{}",
+                    m.completion_seconds,
+                    b.completion_seconds,
+                    if m.completed { "" } else { " (not completed)" }
+                ),
+                &target,
+                Verdict::of(m.completed && m.completion_seconds <= allowed),
+            ));
+        }
+        _ => out.push(goal(
+            "43",
+            format!(
+                "pool `{}`: drain time beside the same mode without the interceptor",
+                m.id
+            ),
+            "that mode did not run (or did not complete) in this run".into(),
+            &target,
+            Verdict::NotMeasured,
+        )),
     }
 }

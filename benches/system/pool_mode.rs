@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::support::pool::workloads::Variant;
+use crate::support::pool::workloads::{self, Variant};
 
 /// The modes `make bench` runs: the finishable pool first (kubectl drain alone finishes there:
 /// the times to compare), then the full one. Issue 41's rolls run on the finishable pool only,
@@ -91,6 +91,9 @@ pub struct Mode {
     pub variant: Variant,
     pub drainer: Drainer,
     pub evictord: bool,
+    /// `+endpoints` (issue 43): evictord also serves `endpoints.evictord.dev`, so the pods of the
+    /// rows declaring it leave their Services' ready endpoints before they stop.
+    pub endpoints: bool,
 }
 
 impl FromStr for Mode {
@@ -105,6 +108,10 @@ impl FromStr for Mode {
             "finishable" => Variant::Finishable,
             other => return Err(format!("{other:?}: the pool is full or finishable")),
         };
+        let (drainer, endpoints) = match drainer.strip_suffix("+endpoints") {
+            Some(d) => (d, true),
+            None => (drainer, false),
+        };
         let (evictord, drainer) = match drainer.strip_prefix("evictord+") {
             Some(d) => (true, d),
             None => (false, drainer),
@@ -118,10 +125,16 @@ impl FromStr for Mode {
                 ));
             }
         };
+        if endpoints && !evictord {
+            return Err(format!(
+                "{s:?}: +endpoints needs evictord+ (the interceptor is evictord's)"
+            ));
+        }
         Ok(Mode {
             variant,
             drainer,
             evictord,
+            endpoints,
         })
     }
 }
@@ -130,11 +143,22 @@ impl Mode {
     /// As written in `EVICTORD_BENCH_POOL_MODES`.
     pub fn id(&self) -> String {
         format!(
-            "{}/{}{}",
+            "{}/{}{}{}",
             self.variant.label(),
             if self.evictord { "evictord+" } else { "" },
-            self.drainer.id()
+            self.drainer.id(),
+            if self.endpoints { "+endpoints" } else { "" }
         )
+    }
+
+    /// The interceptors the mode's pods may declare: `served`, and `endpoints.evictord.dev` in
+    /// a `+endpoints` mode.
+    pub fn served(&self, served: &[String]) -> Vec<String> {
+        let mut out = served.to_vec();
+        if self.endpoints && !out.iter().any(|s| s == workloads::ENDPOINTS) {
+            out.push(workloads::ENDPOINTS.to_string());
+        }
+        out
     }
 
     /// For file names.

@@ -165,6 +165,7 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
         );
     }
     o += "\n";
+    o += &crate::pool_endpoints::table(p);
     o += &crate::pool_clients::table(p);
     for m in ok_modes(p) {
         o += &details(m);

@@ -114,6 +114,8 @@ pub struct ModeResult {
     pub daemonset_pods_left_on_drained: usize,
     /// Pods that left a drained node (a pod moved twice counts twice; DaemonSet pods apart).
     pub pods_evicted: usize,
+    /// Issue 43: the pods behind a Service, out of its ready addresses before their deletion.
+    pub endpoints: crate::pool_endpoints::EndpointsFigures,
     /// Pods (DaemonSet pods apart) on the drained nodes when the drain started.
     pub pods_at_start: usize,
     /// `pods_evicted ÷ pods_at_start`: 1.0 when every pod moved once.

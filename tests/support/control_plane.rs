@@ -198,11 +198,14 @@ impl Drop for ControllersPaused {
     }
 }
 
-/// Stops the kube-controller-manager of [`cluster_with_controller_manager`] (SIGTERM), for a
+/// Stops the kube-controller-managers of [`cluster_with_controller_manager`] and
+/// [`cluster_with_endpoint_controllers`] (SIGTERM), for a
 /// benchmark whose later parts measure without it; it is not started again in this process.
 pub fn stop_controller_manager() {
-    if let Some(pid) = CONTROLLER_MANAGER.get() {
-        send_signal(*pid, "TERM");
+    for kcm in [&CONTROLLER_MANAGER, &ENDPOINT_CONTROLLER_MANAGER] {
+        if let Some(pid) = kcm.get() {
+            send_signal(*pid, "TERM");
+        }
     }
 }
 

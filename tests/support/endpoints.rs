@@ -227,6 +227,7 @@ pub enum Source {
 struct Seen {
     /// Per source, the ready pod UIDs now, and per slice name its own.
     ready: BTreeMap<Source, BTreeSet<String>>,
+    endpoints: BTreeMap<String, BTreeSet<String>>,
     slices: BTreeMap<String, BTreeSet<String>>,
     /// (when, source, uid, entered): every change of a pod's membership.
     changes: Vec<(Instant, Source, String, bool)>,
@@ -261,15 +262,22 @@ impl Seen {
         *before = now;
     }
 
-    fn endpoints(&mut self, e: &Endpoints) {
-        let ready = ready_uids(
-            e.subsets
-                .iter()
-                .flatten()
-                .flat_map(|s| s.addresses.iter().flatten())
-                .filter_map(|a| serde_json::to_value(a.target_ref.as_ref()?).ok()),
-        );
-        self.set(Source::Endpoints, ready);
+    /// Endpoints `name` now (`None`: deleted).
+    fn endpoints(&mut self, name: String, e: Option<&Endpoints>) {
+        let ready = e
+            .map(|e| {
+                ready_uids(
+                    e.subsets
+                        .iter()
+                        .flatten()
+                        .flat_map(|s| s.addresses.iter().flatten())
+                        .filter_map(|a| serde_json::to_value(a.target_ref.as_ref()?).ok()),
+                )
+            })
+            .unwrap_or_default();
+        self.endpoints.insert(name, ready);
+        let all = self.endpoints.values().flatten().cloned().collect();
+        self.set(Source::Endpoints, all);
     }
 
     fn slice(&mut self, name: String, slice: Option<&serde_json::Value>) {
@@ -295,36 +303,49 @@ impl Timeline {
     /// Starts watching the Endpoints and EndpointSlices of Service `service` and the pods of
     /// `ns`.
     pub async fn start(client: &Client, ns: &str, service: &str) -> Timeline {
+        Self::start_with(client, ns, Some(service)).await
+    }
+
+    /// Starts watching the Endpoints and EndpointSlices of every Service of `ns` and its pods
+    /// (a pod's membership is its membership in any of them).
+    pub async fn start_namespace(client: &Client, ns: &str) -> Timeline {
+        Self::start_with(client, ns, None).await
+    }
+
+    async fn start_with(client: &Client, ns: &str, service: Option<&str>) -> Timeline {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let groups = client.list_api_groups().await.expect("discovery");
         let version = evictord::interceptor::endpoints::discovery::slice_version_in(&groups)
             .expect("EndpointSlices served");
         let resource = evictord::interceptor::endpoints::discovery::slice_resource(version);
-        let field = format!("metadata.name={service}");
-        let label = format!("kubernetes.io/service-name={service}");
+        let (mut endpoints_config, mut slices_config) =
+            (watcher::Config::default(), watcher::Config::default());
+        if let Some(service) = service {
+            endpoints_config = endpoints_config.fields(&format!("metadata.name={service}"));
+            slices_config = slices_config.labels(&format!("kubernetes.io/service-name={service}"));
+        }
         let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), ns);
         let slices: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let s = seen.clone();
         let t1 = tokio::spawn(async move {
-            let stream = watcher(endpoints, watcher::Config::default().fields(&field));
+            let stream = watcher(endpoints, endpoints_config);
             futures::pin_mut!(stream);
             while let Some(e) = stream.next().await {
                 match e {
                     Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => {
-                        s.lock().expect("lock").endpoints(&e)
+                        s.lock().expect("lock").endpoints(e.name_any(), Some(&e))
                     }
-                    Ok(watcher::Event::Delete(_)) => s
-                        .lock()
-                        .expect("lock")
-                        .set(Source::Endpoints, BTreeSet::new()),
+                    Ok(watcher::Event::Delete(e)) => {
+                        s.lock().expect("lock").endpoints(e.name_any(), None)
+                    }
                     _ => {}
                 }
             }
         });
         let s = seen.clone();
         let t2 = tokio::spawn(async move {
-            let stream = watcher(slices, watcher::Config::default().labels(&label));
+            let stream = watcher(slices, slices_config);
             futures::pin_mut!(stream);
             while let Some(e) = stream.next().await {
                 match e {
@@ -382,19 +403,27 @@ impl Timeline {
     }
 
     /// For pod `uid` in `source`: how long before its deletion started it was last seen leaving
-    /// the ready addresses (negative: it left after, or never); `None` while its deletion has not
-    /// been seen.
+    /// the ready addresses; negative when it was still a ready address then: minus how long
+    /// after its deletion started it left, or -1 if it was not seen leaving (yet); `None` while
+    /// its deletion has not been seen.
     pub fn out_before_deletion(&self, uid: &str, source: Source) -> Option<f64> {
         let seen = self.seen.lock().expect("lock");
         let deleted = *seen.deleted.get(uid)?;
+        let mine = |(_, s, u, _): &&(Instant, Source, String, bool)| *s == source && u == uid;
         let last = seen
             .changes
             .iter()
-            .rfind(|(at, s, u, _)| *s == source && u == uid && *at <= deleted);
-        Some(match last {
-            Some((at, _, _, false)) => deleted.duration_since(*at).as_secs_f64(),
-            _ => -1.0,
-        })
+            .filter(mine)
+            .rfind(|(at, ..)| *at <= deleted);
+        if let Some((at, _, _, false)) = last {
+            return Some(deleted.duration_since(*at).as_secs_f64());
+        }
+        let left_after = seen
+            .changes
+            .iter()
+            .filter(mine)
+            .find(|(at, _, _, entered)| *at > deleted && !*entered);
+        Some(left_after.map_or(-1.0, |(at, ..)| -at.duration_since(deleted).as_secs_f64()))
     }
 
     /// When pod `uid` was last seen entering the ready addresses of `source`, if it was.

@@ -157,8 +157,8 @@ async fn tend(pods: &Api<Pod>, p: &Pod, node: &str, make_ready: bool) {
     }
 }
 
-/// A pod IP no other pod of this process got: 10.200.x.y.
-fn next_pod_ip() -> String {
+/// A pod IP no other pod of this process got: 10.200.x.y (data only: nothing is sent to it).
+pub fn next_pod_ip() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("10.200.{}.{}", (n / 250) % 250, n % 250 + 1)

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::api::{GroupVersionKind, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use evictord::api::NodeMaintenance;
@@ -89,6 +89,7 @@ fn api_for(client: &Client, ns: &str, manifest: &Value) -> anyhow::Result<Api<Dy
         "Pod" => "pods",
         "HorizontalPodAutoscaler" => "horizontalpodautoscalers",
         "PodDisruptionBudget" => "poddisruptionbudgets",
+        "Service" => "services",
         other => anyhow::bail!("no API known for kind {other}"),
     };
     let ar =
@@ -484,6 +485,11 @@ impl Pool {
         ] {
             let api = api_for(c, ns, &json!({"apiVersion": kind.0, "kind": kind.1}))?;
             api.delete_collection(&dp, &lp).await?;
+        }
+        // Services have no DELETECOLLECTION before Kubernetes 1.23: one by one.
+        let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), ns);
+        for s in services.list_metadata(&lp).await?.items {
+            let _ = services.delete(&s.name_any(), &dp).await;
         }
         let revisions = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("apps", "v1", "ControllerRevision"),

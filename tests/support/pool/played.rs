@@ -259,9 +259,23 @@ async fn run(
             match schedule::kubelet_step(p, s, now, &timing) {
                 Step::Wait => {}
                 Step::Ready if !is_issued(&issued, &uid, "ready") => {
+                    let pass = schedule::gates_pass(p);
                     issue(&issued, &permits, &stats, uid, "ready", async move {
-                        ready(&api, &name).await
+                        ready(&api, &name, pass).await
                     });
+                }
+                Step::Gate(want) => {
+                    let (step, other) = if want {
+                        ("gate-ready", "gate-unready")
+                    } else {
+                        ("gate-unready", "gate-ready")
+                    };
+                    if !is_issued(&issued, &uid, step) {
+                        forget(&issued, &uid, other);
+                        issue(&issued, &permits, &stats, uid, step, async move {
+                            set_ready(&api, &name, want).await
+                        });
+                    }
                 }
                 Step::Remove if !is_issued(&issued, &uid, "remove") => {
                     let u = uid.clone();
@@ -273,6 +287,14 @@ async fn run(
             }
         }
     }
+}
+
+/// Forgets that `step` was issued for pod `uid` (its opposite is being issued).
+fn forget(issued: &Issued, uid: &str, step: &'static str) {
+    issued
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(uid.to_string(), step));
 }
 
 fn is_issued(issued: &Issued, uid: &str, step: &'static str) -> bool {
@@ -305,7 +327,7 @@ fn issue<F>(
         };
         let counter = match step {
             "bind" => &stats.bindings,
-            "ready" => &stats.readies,
+            "ready" | "gate-ready" | "gate-unready" => &stats.readies,
             _ => &stats.removals,
         };
         match call.await {
@@ -344,18 +366,37 @@ async fn bind(api: &Api<Pod>, name: &str, node: &str) -> Result<(), kube::Error>
     .map(|_| ())
 }
 
-async fn ready(api: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
+/// Starts the pod: Running, an IP (the endpoint controllers list only pods with one), its
+/// containers ready, and `Ready` as `gates_pass` says. A strategic merge patch: conditions merge
+/// by type, so a readiness gate's condition written by someone else stays.
+async fn ready(api: &Api<Pod>, name: &str, gates_pass: bool) -> Result<(), kube::Error> {
     let now = jiff::Timestamp::now().to_string();
-    let condition = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let condition = |t: &str, status: bool| json!({"type": t, "status": if status { "True" } else { "False" }, "lastTransitionTime": now});
+    let ip = super::super::kubelet::next_pod_ip();
     let status = json!({"status": {
         "phase": "Running",
         "startTime": now,
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
         "conditions": [
-            condition("Initialized"), condition("Ready"),
-            condition("ContainersReady"), condition("PodScheduled"),
+            condition("Initialized", true), condition("Ready", gates_pass),
+            condition("ContainersReady", true), condition("PodScheduled", true),
         ],
     }});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
+        .await
+        .map(|_| ())
+}
+
+/// Sets the started pod's `Ready` condition alone (a strategic merge patch of that condition).
+async fn set_ready(api: &Api<Pod>, name: &str, ready: bool) -> Result<(), kube::Error> {
+    let now = jiff::Timestamp::now().to_string();
+    let reason = if ready { "" } else { "ReadinessGatesNotReady" };
+    let status = json!({"status": {"conditions": [{
+        "type": "Ready", "status": if ready { "True" } else { "False" },
+        "reason": reason, "lastTransitionTime": now,
+    }]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
         .await
         .map(|_| ())
 }

@@ -1,7 +1,8 @@
 //! The played scheduler's and kubelet's decisions, pure: which node a pending pod may go to and
 //! which of them it goes to (the least loaded), and what the kubelet does next with a bound pod
-//! (mark it Running and Ready a start delay after it first saw it, remove it a grace period after
-//! its deletion began). The I/O shell is [`super::played`]; the rules are table-tested in
+//! (mark it Running and Ready a start delay after it first saw it — `Ready` from its readiness
+//! gates, as a kubelet computes it, then following them —, remove it a grace period after its
+//! deletion began). The I/O shell is [`super::played`]; the rules are table-tested in
 //! `tests/pool.rs`.
 //!
 //! The scheduler's filters are kube-scheduler's that matter without resources: `NodeUnschedulable`
@@ -166,10 +167,36 @@ pub struct Seen {
 pub enum Step {
     /// Nothing to do now (or ever).
     Wait,
-    /// Mark the pod Running and Ready.
+    /// Start the pod: Running, an IP, its containers ready, and `Ready` from its readiness gates
+    /// (`True` when it has none).
     Ready,
+    /// Set the started pod's `Ready` to this: a kubelet's `Ready` is its containers' readiness
+    /// and every readiness gate's condition (a gate's condition written by someone else, such
+    /// as evictord's `evictord.dev/serving`, moves it).
+    Gate(bool),
     /// Remove the pod (delete with grace 0 and its UID as precondition).
     Remove,
+}
+
+/// The status of condition `type_`, if the pod has it.
+pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+/// True when every readiness gate of the pod has its condition `True` (no gates: true).
+pub fn gates_pass(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .all(|g| condition(pod, &g.condition_type) == Some("True"))
 }
 
 /// True when the pod's `Ready` condition is `True`.
@@ -203,7 +230,18 @@ pub fn kubelet_step(pod: &Pod, seen: &Seen, now: Instant, timing: &Timing) -> St
         };
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) || is_ready(pod) {
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Step::Wait;
+    }
+    if condition(pod, "ContainersReady") == Some("True") {
+        let want = gates_pass(pod);
+        return if is_ready(pod) == want {
+            Step::Wait
+        } else {
+            Step::Gate(want)
+        };
+    }
+    if is_ready(pod) {
         return Step::Wait;
     }
     match seen.bound {

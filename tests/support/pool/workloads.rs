@@ -19,10 +19,19 @@ pub const ROW_LABEL: &str = "pool.evictord.dev/row";
 pub const DEPLOYMENT: &str = "deployment.apps.k8s.io";
 /// The HorizontalPodAutoscaler interceptor (SPEC 5.4).
 pub const HPA: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
+/// The interceptor that takes a pod out of its Services' ready endpoints first (SPEC 6.4).
+pub const ENDPOINTS: &str = "endpoints.evictord.dev";
 
-/// The interceptors the `evictord serve` of this tree runs (both are on by default). A row's
+/// The interceptors the pool serves unless told otherwise (the surge interceptors; the
+/// endpoints interceptor adds its deregistration delay to every drain, so a pool serves it only
+/// when asked: `EVICTORD_BENCH_POOL_SERVED`, or a mode ending in `+endpoints`). A row's
 /// interceptor missing here is left out of its pods' annotation.
 pub const SERVED: &[&str] = &[DEPLOYMENT, HPA];
+
+/// The deregistration delay the pods declaring [`ENDPOINTS`] ask for (their
+/// `evictord.dev/deregistration-delay` annotation), in seconds: what a load balancer that
+/// deregisters late would need, short enough for a benchmark.
+pub const DEREGISTRATION_DELAY_SECONDS: u64 = 5;
 
 /// What a row creates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -85,7 +94,18 @@ pub const MIX: &[Row] = &[
         hpa: false,
         budget: Budget::MaxUnavailable(1),
         interceptors: &[DEPLOYMENT],
-        share: 0.37,
+        share: 0.25,
+        blocks_kubectl_drain: false,
+    },
+    Row {
+        name: "dw",
+        what: "3-replica Deployment behind a Service, PDB maxUnavailable 1, out of its endpoints before it stops",
+        kind: Kind::Deployment,
+        replicas: 3,
+        hpa: false,
+        budget: Budget::MaxUnavailable(1),
+        interceptors: &[DEPLOYMENT, ENDPOINTS],
+        share: 0.12,
         blocks_kubectl_drain: false,
     },
     Row {
@@ -189,9 +209,21 @@ pub fn declared(row: &Row, served: &[String]) -> Vec<String> {
 }
 
 /// True when a row's workloads are under the pool's zero-downtime goal: Deployments whose
-/// declared interceptors are all served.
+/// surge interceptors (the Deployment's and the autoscaler's: those that keep replicas
+/// available) are all served. Whether [`ENDPOINTS`] is served changes when a pod stops serving,
+/// not how many replicas are available.
 pub fn under_goal(row: &Row, served: &[String]) -> bool {
-    row.kind == Kind::Deployment && declared(row, served).len() == row.interceptors.len()
+    row.kind == Kind::Deployment
+        && row
+            .interceptors
+            .iter()
+            .filter(|i| **i != ENDPOINTS)
+            .all(|i| served.iter().any(|s| s == i))
+}
+
+/// True when a row's pods declare [`ENDPOINTS`] and `served` serves it.
+pub fn leaves_endpoints_first(row: &Row, served: &[String]) -> bool {
+    declared(row, served).iter().any(|i| i == ENDPOINTS)
 }
 
 /// One workload of the pool.
@@ -203,12 +235,24 @@ pub struct Workload {
     pub interceptors: Vec<String>,
 }
 
+/// True when a row's workloads have a Service selecting their pods: the rows whose pods may
+/// declare [`ENDPOINTS`].
+pub fn has_service(row: &Row) -> bool {
+    row.interceptors.contains(&ENDPOINTS)
+}
+
 fn template(w: &Workload, pool: &str, daemonset: bool) -> Value {
     let mut annotations = serde_json::Map::new();
     if !w.interceptors.is_empty() {
         annotations.insert(
             INTERCEPTORS_ANNOTATION.into(),
             json!(w.interceptors.join(",")),
+        );
+    }
+    if w.interceptors.iter().any(|i| i == ENDPOINTS) {
+        annotations.insert(
+            evictord::serving::DEREGISTRATION_DELAY_ANNOTATION.into(),
+            json!(format!("{DEREGISTRATION_DELAY_SECONDS}s")),
         );
     }
     let mut spec = json!({
@@ -257,6 +301,14 @@ pub fn objects(w: &Workload, pool: &str) -> Vec<Value> {
             pod["metadata"]["name"] = json!(w.name);
             out.push(pod);
         }
+    }
+    if has_service(&w.row) {
+        out.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": w.name},
+            "spec": {"selector": {WORKLOAD_LABEL: w.name},
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        }));
     }
     if w.row.hpa {
         out.push(json!({
