@@ -370,8 +370,9 @@ pub async fn round(
                 .unwrap_or_else(|e| e.to_string());
             kubectl.abort();
             return Err(format!(
-                "round {number} not done within {bound:?} (kubectl drain done: {}); its maintenances:\n{state}",
-                kubectl.is_finished()
+                "round {number} not done within {bound:?} (kubectl drain done: {}); its maintenances:\n{state}\n{}",
+                kubectl.is_finished(),
+                stalled(pool, &drained).await
             ));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -419,6 +420,68 @@ pub async fn round(
         r.seconds, r.targeted, r.kubectl_runs
     ));
     Ok(r)
+}
+
+/// What a stalled round holds: the pods still on the drained nodes (phase, readiness, deletion,
+/// annotations, owner) and the EvictionRequests not ended, so that a stall explains itself.
+async fn stalled(pool: &Pool, drained: &BTreeSet<&String>) -> String {
+    let pods: Vec<String> = pool
+        .played
+        .pods()
+        .state()
+        .iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| drained.contains(n))
+        })
+        .map(|p| {
+            let m = &p.metadata;
+            format!(
+                "{} (UID {}) on {:?}: phase {:?}, ready {}, deleting since {:?}, owner {:?}, annotations {:?}",
+                m.name.clone().unwrap_or_default(),
+                m.uid.clone().unwrap_or_default(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                super::pool::schedule::is_ready(p),
+                m.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+                m.owner_references
+                    .as_ref()
+                    .and_then(|o| o.first())
+                    .map(|o| format!("{} {}", o.kind, o.name)),
+                m.annotations,
+            )
+        })
+        .collect();
+    let requests: Api<evictord::api::EvictionRequest> =
+        Api::namespaced(pool.client.clone(), &pool.ns);
+    let lp = ListParams::default();
+    let open: Vec<String> = match retry(|| requests.list(&lp)).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .filter(|r| {
+                !r.status.as_ref().is_some_and(|s| {
+                    s.is_true(evictord::api::CONDITION_EVICTED)
+                        || s.is_true(evictord::api::CONDITION_CANCELED)
+                })
+            })
+            .map(|mut r| {
+                r.metadata.managed_fields = None;
+                let text = serde_json::to_string(&r).unwrap_or_default();
+                text.chars().take(3000).collect()
+            })
+            .collect(),
+        Err(e) => vec![format!("listing EvictionRequests: {e}")],
+    };
+    format!(
+        "pods on the drained nodes ({}):\n  {}\nEvictionRequests not ended ({}):\n  {}",
+        pods.len(),
+        pods.join("\n  "),
+        open.len(),
+        open.join("\n  ")
+    )
 }
 
 /// `kubectl drain` of `nodes` with the pool's flags, run again 3 s after it exits non-zero (as
