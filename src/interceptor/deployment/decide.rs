@@ -269,6 +269,18 @@ pub fn has_left(pod: Option<(&str, bool)>, uid: &str) -> bool {
     pod.is_none_or(|(pod_uid, terminating)| pod_uid != uid || terminating)
 }
 
+/// Whether the Deployment's ReplicaSets have counted out `terminating` covered pods that are
+/// still there, terminating: its `status.replicas` (the active pods its ReplicaSets counted at
+/// their last sync; a terminating pod is not active once a ReplicaSet controller has seen it) at
+/// most `spec.replicas` less those pods, the current generation observed. Lowering
+/// `spec.replicas` before that lets a ReplicaSet controller still counting a terminating pod as
+/// active delete a live one to come down to the lowered count — the newest, the surge pod — and
+/// both go: a lagging controller manager (right after a kube-apiserver restart) did just that in
+/// the soak. At worst the surge is settled once the pod is gone.
+pub fn counted_out(f: &DeploymentFacts, terminating: i32) -> bool {
+    f.observed_generation >= f.generation && f.status_replicas <= f.replicas - terminating
+}
+
 /// How to bring a Deployment back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settle {

@@ -302,3 +302,34 @@ fn confirmed_over_rows(#[case] base: i32, #[case] pods: &[(&str, bool, bool)], #
 fn has_left_rows(#[case] pod: Option<(&str, bool)>, #[case] left: bool) {
     assert_eq!(has_left(pod, "u"), left);
 }
+
+/// A surged Deployment of 1 (spec.replicas 2) with its ReplicaSets counting `status_replicas`
+/// active pods, its generation observed or not.
+fn counting(status_replicas: i32, observed: bool) -> DeploymentFacts {
+    DeploymentFacts {
+        status_replicas,
+        observed_generation: if observed { 4 } else { 3 },
+        ..surged(1, &["a"], 2)
+    }
+}
+
+/// One row per case of [`counted_out`]: the covered pod `a` is terminating.
+#[rstest]
+// The ReplicaSet controller has not seen it terminating: it still counts it with the surge pod.
+#[case::still_counted(counting(2, true), 1, false)]
+// It has: only the surge pod is active.
+#[case::counted_out(counting(1, true), 1, true)]
+// It has, and already started a replacement (counted again): wait until the pod is gone.
+#[case::replaced_already(counting(2, true), 1, false)]
+// The Deployment controller has not observed the current generation: its count is not one to trust.
+#[case::not_observed(counting(1, false), 1, false)]
+// Two covered pods terminating, one counted out so far.
+#[case::one_of_two(DeploymentFacts { status_replicas: 2, ..surged(1, &["a", "b"], 3) }, 2, false)]
+#[case::both(DeploymentFacts { status_replicas: 1, ..surged(1, &["a", "b"], 3) }, 2, true)]
+fn a_terminating_pod_counts_as_gone_once_its_replicasets_counted_it_out(
+    #[case] f: DeploymentFacts,
+    #[case] terminating: i32,
+    #[case] expected: bool,
+) {
+    assert_eq!(counted_out(&f, terminating), expected);
+}

@@ -14,7 +14,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::decide::{Fate, has_left, settle};
+use super::decide::{Fate, counted_out, has_left, settle};
 use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
 use super::{Error, SETTLE_POLL};
@@ -70,14 +70,15 @@ fn error_policy(_d: Arc<Deployment>, error: &Error, _ctx: Arc<Context>) -> Actio
 /// it lacks it: "gone" is always kube-apiserver's word, and "terminating" (a deletionTimestamp,
 /// never unset) is true once a cache has seen it. The request comes from `requests`, the
 /// runner's watch cache: "canceled" (never unset) is true once seen, "pending" at worst delays
-/// the settling to the next look, and "gone" is confirmed live.
+/// the settling to the next look, and "gone" is confirmed live. Besides the fate: whether the
+/// pod is still there, terminating (its fate is then [`Fate::Gone`]).
 pub(crate) async fn fate(
     client: &Client,
     pods: &PodCache,
     requests: &Store<EvictionRequest>,
     ns: &str,
     p: &SurgedPod,
-) -> Result<Fate, Error> {
+) -> Result<(Fate, bool), Error> {
     let pod = pods
         .get(ns, &p.name, &p.uid)
         .await
@@ -89,7 +90,8 @@ pub(crate) async fn fate(
         )
     });
     if has_left(read, &p.uid) {
-        return Ok(Fate::Gone);
+        let terminating = read.is_some_and(|(uid, terminating)| uid == p.uid && terminating);
+        return Ok((Fate::Gone, terminating));
     }
     let synced = requests.wait_until_ready().now_or_never().is_some();
     let cached = synced
@@ -102,7 +104,7 @@ pub(crate) async fn fate(
             .await
             .map_err(|e| Error::Read(format!("EvictionRequest {}", p.uid), e))?,
     };
-    Ok(match request {
+    let fate = match request {
         None => Fate::Kept,
         Some(r)
             if r.status
@@ -112,7 +114,8 @@ pub(crate) async fn fate(
             Fate::Kept
         }
         Some(_) => Fate::Pending,
-    })
+    };
+    Ok((fate, false))
 }
 
 async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -122,11 +125,27 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     };
     let ns = d.namespace().unwrap_or_default();
     let mut fates = Vec::with_capacity(record.pods.len() + record.abandoned.len());
+    let mut terminating = Vec::new();
     for p in record.pods.iter().chain(&record.abandoned) {
-        fates.push((
-            p.clone(),
-            fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?,
-        ));
+        let (f, t) = fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?;
+        if t {
+            terminating.push(p.uid.clone());
+        }
+        fates.push((p.clone(), f));
+    }
+    // A terminating pod counts as gone only once the ReplicaSets counted it out.
+    if !terminating.is_empty() && !counted_out(&facts, terminating.len() as i32) {
+        for (p, f) in &mut fates {
+            if terminating.contains(&p.uid) {
+                *f = Fate::Pending;
+            }
+        }
+        debug!(
+            deployment = %d.name_any(),
+            terminating = terminating.len(),
+            status_replicas = facts.status_replicas,
+            "covered pods terminating, not yet counted out by their ReplicaSets: settling later"
+        );
     }
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(SETTLE_POLL));

@@ -81,7 +81,7 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     for p in record.pods.iter().chain(&record.abandoned) {
         fates.push((
             p.clone(),
-            fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?,
+            fate(&ctx.client, &ctx.pods, &ctx.requests, &ns, p).await?.0,
         ));
     }
     let Some(s) = settle(&facts, &fates) else {
