@@ -414,8 +414,8 @@ fn delays_in_sequence(p: &PoolResults, m: &ModeResult) -> usize {
     match m.mode.drainer {
         Drainer::KubectlAll | Drainer::NodeMaintenance => 1,
         Drainer::KubectlEach | Drainer::ScriptEach => p.drained,
-        Drainer::Rollout | Drainer::RolloutCordonFirst => {
-            p.drained.div_ceil(m.allowed_unavailable.unwrap_or(1).max(1))
-        }
+        Drainer::Rollout | Drainer::RolloutCordonFirst => p
+            .drained
+            .div_ceil(m.allowed_unavailable.unwrap_or(1).max(1)),
     }
 }
