@@ -32,7 +32,6 @@ async fn a_killed_evictord_finishes_the_daemonset_drain_after_restart() {
     let ns = c.namespace("ds-restart").await;
     let mut first = Evictord::start(c, FLAGS).await;
     first.register_webhooks(c, "evictord").await;
-    let (port, certs) = (first.webhook_port, first.cert_dir.clone());
 
     let s = DaemonSetScenario::start(client.clone(), &ns).await;
     let one = s.one.clone();
@@ -72,15 +71,7 @@ async fn a_killed_evictord_finishes_the_daemonset_drain_after_restart() {
         "the taint and cordon stay while evictord is down"
     );
 
-    let second = Evictord::spawn(
-        c,
-        FLAGS,
-        SpawnOptions {
-            webhook_port: Some(port),
-            cert_dir: Some(certs),
-            ..Default::default()
-        },
-    );
+    let second = Evictord::spawn(c, FLAGS, SpawnOptions::in_place_of(&first));
     second.ready().await;
     s.wait_drained(&nm, Duration::from_secs(180)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;

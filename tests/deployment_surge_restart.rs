@@ -21,7 +21,6 @@ async fn a_killed_evictord_finishes_the_surge_after_restart() {
     let ns = c.namespace("surge-restart").await;
     let mut first = Evictord::start(c, FLAGS).await;
     first.register_webhooks(c, "evictord").await;
-    let (port, certs) = (first.webhook_port, first.cert_dir.clone());
 
     let s = Scenario::start(client, &ns, 1, 1).await;
     // New pods stay unready, so the surge cannot finish before the kill.
@@ -41,15 +40,7 @@ async fn a_killed_evictord_finishes_the_surge_after_restart() {
     first.kill();
     s.kubelet.set_ready(true);
 
-    let second = Evictord::spawn(
-        c,
-        FLAGS,
-        SpawnOptions {
-            webhook_port: Some(port),
-            cert_dir: Some(certs),
-            ..Default::default()
-        },
-    );
+    let second = Evictord::spawn(c, FLAGS, SpawnOptions::in_place_of(&first));
     second.ready().await;
     s.wait_drained(Duration::from_secs(180)).await;
     s.wait_settled_on(&s.b.clone(), "the Deployment back at 1 replica on node b")

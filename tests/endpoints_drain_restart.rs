@@ -48,7 +48,6 @@ async fn a_killed_evictord_keeps_the_pod_out_and_its_delay_where_it_was() {
     let ns = c.namespace("endpoints-restart").await;
     let mut first = Evictord::start(c, FLAGS).await;
     first.register_webhooks(c, "evictord").await;
-    let (port, certs) = (first.webhook_port, first.cert_dir.clone());
 
     let timeline = Timeline::start(&client, &ns, "web").await;
     let s = Scenario::start(client, &ns, unsurged(Some(DELAY)), &timeline).await;
@@ -66,15 +65,7 @@ async fn a_killed_evictord_keeps_the_pod_out_and_its_delay_where_it_was() {
     // Heartbeats have whole seconds: one written after this was written by the restarted one.
     let killed = jiff::Timestamp::now();
 
-    let second = Evictord::spawn(
-        c,
-        FLAGS,
-        SpawnOptions {
-            webhook_port: Some(port),
-            cert_dir: Some(certs),
-            ..Default::default()
-        },
-    );
+    let second = Evictord::spawn(c, FLAGS, SpawnOptions::in_place_of(&first));
     second.ready().await;
     // The restarted evictord picks the request up again (a heartbeat of its own): while the delay runs, the pod's record is the one written before the kill,
     // and the pod stays out of its endpoints.

@@ -20,7 +20,6 @@ async fn a_killed_evictord_puts_the_floor_back_after_restart() {
     let ns = c.namespace("hpa-restart").await;
     let mut first = Evictord::start(c, FLAGS).await;
     first.register_webhooks(c, "evictord").await;
-    let (port, certs) = (first.webhook_port, first.cert_dir.clone());
 
     let s = start(client, &ns, 1, 1, 3).await;
     // New pods stay unready, so the surge cannot finish before the kill.
@@ -31,15 +30,7 @@ async fn a_killed_evictord_puts_the_floor_back_after_restart() {
     first.kill();
     s.kubelet.set_ready(true);
 
-    let second = Evictord::spawn(
-        c,
-        FLAGS,
-        SpawnOptions {
-            webhook_port: Some(port),
-            cert_dir: Some(certs),
-            ..Default::default()
-        },
-    );
+    let second = Evictord::spawn(c, FLAGS, SpawnOptions::in_place_of(&first));
     second.ready().await;
     s.wait_drained(Duration::from_secs(180)).await;
     wait_moved_to(&s, &s.b.clone()).await;

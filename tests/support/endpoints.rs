@@ -21,6 +21,7 @@ use evictord::api::EvictionRequest;
 
 use super::fixtures::{blocking_pdb, create_eviction_request, node};
 use super::kubelet::Kubelet;
+pub use super::kubelet::condition;
 use super::surge::POOL;
 use super::wait::until;
 
@@ -201,17 +202,6 @@ impl Available {
         self.task.abort();
         *self.least.lock().expect("lock")
     }
-}
-
-/// The status of condition `type_` of `p`.
-pub fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.as_str())
 }
 
 /// Where pods are listed as ready addresses.

@@ -277,6 +277,18 @@ pub struct SpawnOptions {
     pub bin: Option<PathBuf>,
 }
 
+impl SpawnOptions {
+    /// The webhook port and certificates of `e`: a process started with them replaces `e` behind
+    /// the webhook configurations registered for it (after a kill, a restart).
+    pub fn in_place_of(e: &Evictord) -> Self {
+        Self {
+            webhook_port: Some(e.webhook_port),
+            cert_dir: Some(e.cert_dir.clone()),
+            ..Self::default()
+        }
+    }
+}
+
 impl Evictord {
     /// Starts `evictord serve` without waiting for readiness (see [`Evictord::ready`]), so that
     /// several processes can start at once.

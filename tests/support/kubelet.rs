@@ -165,7 +165,7 @@ pub fn next_pod_ip() -> String {
 }
 
 /// The status of condition `type_`, if the pod has it.
-fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
+pub fn condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a str> {
     p.status
         .as_ref()?
         .conditions

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 
+use super::super::kubelet::condition;
+
 /// The taint kube-scheduler derives from `spec.unschedulable`.
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -176,17 +178,6 @@ pub enum Step {
     Gate(bool),
     /// Remove the pod (delete with grace 0 and its UID as precondition).
     Remove,
-}
-
-/// The status of condition `type_`, if the pod has it.
-pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.as_str())
 }
 
 /// True when every readiness gate of the pod has its condition `True` (no gates: true).
