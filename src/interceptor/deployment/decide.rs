@@ -249,6 +249,45 @@ pub fn confirmed_over(
     }
 }
 
+/// Why a pod may not join a surge of Deployment `name` yet, if it may not: the Deployment is
+/// still coming down to its `spec.replicas` — more pods than that active, by its status
+/// (`status.replicas`) or by its pods as seen (`active_pods`, not terminating). The settler
+/// lowers `spec.replicas` when a covered pod is gone, and the ReplicaSet then deletes the extra
+/// pod, the newest (often the replacement of the pod that went, ready by then). A join that
+/// raised `spec.replicas` again at once would find that pod ready, not covered, and let the next
+/// covered pod go; the ReplicaSet controller, having seen the lower count in between, deletes it
+/// all the same, and the Deployment is a pod short until another is ready (seen in the pool
+/// test: a NodeMaintenance evicting two pods of one Deployment in a row). Once the extra pod is
+/// terminating, the join surges from what remains.
+pub fn scaling_down(f: &DeploymentFacts, name: &str, active_pods: usize) -> Option<String> {
+    let over = i32::try_from(active_pods).unwrap_or(i32::MAX);
+    (f.status_replicas > f.replicas || over > f.replicas).then(|| {
+        format!(
+            "waiting until Deployment {name} has come down to its {} replicas before surging it again: \
+             its ReplicaSet may still delete a pod to meet that count",
+            f.replicas
+        )
+    })
+}
+
+/// Whether `pod` is an active pod of Deployment `name`, as its ReplicaSets count them: not
+/// terminating, and controlled by one of its ReplicaSets (named `<name>-<pod-template-hash>`, the
+/// hash the pod's label carries). A pod its selector also matches but another controller owns
+/// (overlapping selectors) is not one the Deployment's ReplicaSets would delete.
+pub fn active_in(pod: &k8s_openapi::api::core::v1::Pod, name: &str) -> bool {
+    let hash = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("pod-template-hash"));
+    let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ReplicaSet"
+            && hash.is_some_and(|h| o.name == format!("{name}-{h}"))
+    });
+    owned && pod.metadata.deletion_timestamp.is_none()
+}
+
 /// What became of a pod a surge covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {

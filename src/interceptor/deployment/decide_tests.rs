@@ -333,3 +333,63 @@ fn a_terminating_pod_counts_as_gone_once_its_replicasets_counted_it_out(
 ) {
     assert_eq!(counted_out(&f, terminating), expected);
 }
+
+/// One row per case of [`scaling_down`]: a settled Deployment of 3 (spec.replicas 3).
+#[rstest]
+// As many pods as it wants, by its status and by its pods: a surge may start.
+#[case::settled(facts(3), 3, false)]
+// Fewer (a pod terminating, its replacement not created yet): nothing to delete, a surge may start.
+#[case::short(DeploymentFacts { status_replicas: 2, ..facts(3) }, 2, false)]
+// Its status still counts the pod the lowered count makes extra.
+#[case::status_over(DeploymentFacts { status_replicas: 4, ..facts(3) }, 3, true)]
+// Its status does not count it yet (the replacement created after the status was written), its
+// pods do.
+#[case::pods_over(facts(3), 4, true)]
+fn a_surge_waits_while_the_deployment_comes_down_to_its_replicas(
+    #[case] f: DeploymentFacts,
+    #[case] active_pods: usize,
+    #[case] waits: bool,
+) {
+    let why = scaling_down(&f, "d", active_pods);
+    assert_eq!(why.is_some(), waits, "{why:?}");
+    if let Some(why) = why {
+        assert!(why.contains("come down to its 3 replicas"), "{why}");
+    }
+}
+
+/// A pod of labels `hash` (its pod-template-hash), controlled by `owner` (kind, name).
+fn owned_pod(
+    hash: Option<&str>,
+    owner: Option<(&str, &str)>,
+    terminating: bool,
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    let mut pod = k8s_openapi::api::core::v1::Pod::default();
+    pod.metadata.labels = hash.map(|h| [("pod-template-hash".to_string(), h.to_string())].into());
+    pod.metadata.owner_references = owner.map(|(kind, name)| {
+        vec![OwnerReference {
+            kind: kind.into(),
+            name: name.into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]
+    });
+    pod.metadata.deletion_timestamp = terminating.then(|| Time(jiff::Timestamp::now()));
+    pod
+}
+
+/// One row per case of [`active_in`] for Deployment `web`.
+#[rstest]
+#[case::its_replicaset(owned_pod(Some("abc"), Some(("ReplicaSet", "web-abc")), false), true)]
+#[case::terminating(owned_pod(Some("abc"), Some(("ReplicaSet", "web-abc")), true), false)]
+// Another Deployment's ReplicaSet whose name starts alike.
+#[case::another_deployment(owned_pod(Some("abc"), Some(("ReplicaSet", "web-api-abc")), false), false)]
+#[case::another_kind(owned_pod(Some("abc"), Some(("StatefulSet", "web-abc")), false), false)]
+#[case::bare(owned_pod(Some("abc"), None, false), false)]
+#[case::no_hash(owned_pod(None, Some(("ReplicaSet", "web-abc")), false), false)]
+fn a_pod_is_active_in_a_deployment_when_one_of_its_replicasets_controls_it(
+    #[case] pod: k8s_openapi::api::core::v1::Pod,
+    #[case] active: bool,
+) {
+    assert_eq!(active_in(&pod, "web"), active);
+}

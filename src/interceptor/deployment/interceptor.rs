@@ -25,7 +25,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::{PodReadiness, Step, confirmed, on_activation, surged};
+use super::decide::{
+    PodReadiness, Step, active_in, confirmed, on_activation, scaling_down, surged,
+};
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::unobserved::Unobserved;
 use super::writes::Writes;
@@ -248,19 +250,28 @@ impl DeploymentInterceptor {
         }))
     }
 
-    /// The readiness of the Deployment's pods (its selector): from their watch when the
-    /// interceptor has one, else a LIST.
+    /// The readiness of the Deployment's pods (its selector).
     async fn readiness(&self, d: &Deployment) -> Result<Vec<PodReadiness>, Error> {
+        Ok(self
+            .pods(d)
+            .await?
+            .iter()
+            .map(|p| PodReadiness::of(p))
+            .collect())
+    }
+
+    /// The Deployment's pods (its selector): from their watch when the interceptor has one, else
+    /// a LIST.
+    async fn pods(&self, d: &Deployment) -> Result<Vec<Arc<Pod>>, Error> {
         let ns = d.namespace().unwrap_or_default();
         let selector = &d.spec.selector;
         let read = |e| Error::Read(format!("pods of Deployment {}", d.name_any()), e);
         if let Some(c) = &self.caches {
-            let pods = c
+            return c
                 .pods
                 .pods(&(ns, d.name_any()), selector)
                 .await
-                .map_err(read)?;
-            return Ok(pods.iter().map(|p| PodReadiness::of(p)).collect());
+                .map_err(read);
         }
         let by_labels = selector
             .match_labels
@@ -276,9 +287,9 @@ impl DeploymentInterceptor {
             .map_err(read)?;
         Ok(list
             .items
-            .iter()
+            .into_iter()
             .filter(|p| label_selector_matches(selector, p.labels()))
-            .map(PodReadiness::of)
+            .map(Arc::new)
             .collect())
     }
 
@@ -379,6 +390,18 @@ impl DeploymentInterceptor {
                 && matches!(step, Step::Join { .. } | Step::Wait(_) | Step::Ready(_))
             {
                 c.pods.watch(&(ns.clone(), name.clone()), &d.spec.selector);
+            }
+            // A surge waits while the Deployment comes down to its replicas ([`scaling_down`]).
+            if matches!(step, Step::Join { .. }) {
+                // Before the read: the extra pod terminating wakes the request.
+                if let Some(c) = &self.caches {
+                    c.readiness_waiters.wait(key.clone(), request);
+                }
+                let pods = self.pods(&d).await?;
+                let active = pods.iter().filter(|p| active_in(p, &name)).count();
+                if let Some(why) = scaling_down(&facts, &name, active) {
+                    return Ok(Progress::in_progress(why));
+                }
             }
             let written = match step {
                 Step::Skip(message) => {
