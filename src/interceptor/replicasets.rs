@@ -5,8 +5,9 @@
 //!
 //! A cache can only lag behind the cluster: a ReplicaSet it does not hold (not listed yet, or
 //! created a moment ago) is read live by the caller, and so is every ReplicaSet while the cache
-//! has not listed, or for good when the service account may not list and watch ReplicaSets
-//! (one line in the log, as the DaemonSet cache does).
+//! has not listed, or when kube-apiserver refuses to list and watch ReplicaSets (one line in the
+//! log, as the DaemonSet cache does; the watch is asked again after
+//! [`REFUSAL_RECHECK`](evictord_interceptor::pods::REFUSAL_RECHECK), since a refusal can pass).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::interceptor::watch::drive_unless_forbidden;
+use evictord_interceptor::pods::REFUSAL_RECHECK;
 
 /// The cached ReplicaSets (owner references only; cheap to clone: clones share the cache).
 #[derive(Clone)]
@@ -42,7 +44,7 @@ impl ReplicaSets {
         .modify(trim)
         .reflect(writer);
         let denied = Arc::new(AtomicBool::new(false));
-        let flag = denied.clone();
+        let (flag, unflag) = (denied.clone(), denied.clone());
         tokio::spawn(drive_unless_forbidden(
             stream,
             "ReplicaSet",
@@ -50,10 +52,14 @@ impl ReplicaSets {
             move || {
                 flag.store(true, Ordering::Release);
                 info!(
-                    "the service account may not list and watch ReplicaSets: the \
-                     deployment.apps.k8s.io interceptor reads each ReplicaSet with a GET instead \
-                     of a watch cache"
+                    "kube-apiserver refused the watch of ReplicaSets: the deployment.apps.k8s.io \
+                     interceptor reads each ReplicaSet with a GET instead of a watch cache, and \
+                     asks again in {REFUSAL_RECHECK:?}"
                 );
+            },
+            move || {
+                unflag.store(false, Ordering::Release);
+                info!("the watch of ReplicaSets runs again: ReplicaSets are read from its cache");
             },
         ));
         Self { store, denied }

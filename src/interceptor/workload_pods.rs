@@ -10,10 +10,11 @@
 //!
 //! A cache can only lag: until a watch has listed, a read waits for it a moment ([`LIST_WAIT`])
 //! and then LISTs live, as before the cache; a service account that may not list and watch pods
-//! LISTs live for good.
+//! LISTs live, and the watch is asked again after
+//! [`REFUSAL_RECHECK`](evictord_interceptor::pods::REFUSAL_RECHECK) (a kube-apiserver that has
+//! just restarted refuses for a moment: that must not turn the watches off for good).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::selector::label_selector_matches;
+use evictord_interceptor::pods::{REFUSAL_RECHECK, watches_allowed};
 
 /// How long a workload's watch lives without a read using it.
 pub const IDLE: Duration = Duration::from_secs(120);
@@ -48,7 +50,9 @@ struct Inner {
     client: Client,
     watches: Mutex<HashMap<WorkloadKey, PodsWatch>>,
     changes: mpsc::UnboundedSender<WorkloadKey>,
-    denied: Arc<AtomicBool>,
+    /// When kube-apiserver last refused (403) a watch: none starts for
+    /// [`REFUSAL_RECHECK`] after.
+    refused_at: Arc<Mutex<Option<Instant>>>,
     stop: CancellationToken,
 }
 
@@ -78,7 +82,7 @@ impl WorkloadPods {
                 client,
                 watches: Mutex::default(),
                 changes: tx,
-                denied: Arc::default(),
+                refused_at: Arc::default(),
                 stop: CancellationToken::new(),
             }),
         };
@@ -93,13 +97,23 @@ impl WorkloadPods {
         self.inner.watches.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether watches may run at `now` (none for a while after a refusal).
+    fn watches_allowed(&self, now: Instant) -> bool {
+        let refused_at = *self
+            .inner
+            .refused_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        watches_allowed(false, refused_at, REFUSAL_RECHECK, now)
+    }
+
     /// Starts watching the pods of workload `key` (its pods: `selector`) unless that runs;
     /// stops the watches idle for [`IDLE`]. A changed selector starts the watch again.
     pub fn watch(&self, key: &WorkloadKey, selector: &LabelSelector) {
-        if self.inner.denied.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if !self.watches_allowed(now) {
             return;
         }
-        let now = Instant::now();
         let mut watches = self.watches();
         watches.retain(|(ns, name), w| {
             let keep = now.duration_since(w.used) < IDLE && !w.stop.is_cancelled();
@@ -134,7 +148,7 @@ impl WorkloadPods {
             selector.clone(),
             self.inner.changes.clone(),
             stop.clone(),
-            self.inner.denied.clone(),
+            self.inner.refused_at.clone(),
         ));
         debug!(
             namespace = key.0,
@@ -166,10 +180,12 @@ impl WorkloadPods {
         selector: &LabelSelector,
     ) -> Result<Vec<Arc<Pod>>, kube::Error> {
         self.watch(key, selector);
-        // Pods may not be watched: no store will ever list.
-        let store = (!self.inner.denied.load(Ordering::Acquire))
-            .then(|| self.watches().get(key).map(|w| w.store.clone()))
-            .flatten();
+        // A refused watch ended: its store is not fed any more.
+        let store = self
+            .watches()
+            .get(key)
+            .filter(|w| !w.stop.is_cancelled())
+            .map(|w| w.store.clone());
         if let Some(store) = store
             && tokio::time::timeout(LIST_WAIT, store.wait_until_ready())
                 .await
@@ -253,14 +269,14 @@ fn is_ready(pod: &Pod) -> bool {
 
 /// Polls one workload's watch until `stop`, and sends `key` on `changes` when its pods'
 /// readiness changes (and once its first list is in); a 403 stops it and turns every read into
-/// a LIST.
+/// a LIST until [`REFUSAL_RECHECK`] has passed.
 async fn drive(
     stream: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
     key: WorkloadKey,
     selector: LabelSelector,
     changes: mpsc::UnboundedSender<WorkloadKey>,
     stop: CancellationToken,
-    denied: Arc<AtomicBool>,
+    refused_at: Arc<Mutex<Option<Instant>>>,
 ) {
     futures::pin_mut!(stream);
     let mut seen = Seen::new();
@@ -300,10 +316,17 @@ async fn drive(
                 changed(&mut seen, &pod.uid().unwrap_or_default(), None)
             }
             Some(Err(e)) if evictord_interceptor::pods::is_forbidden(&e) => {
-                if !denied.swap(true, Ordering::AcqRel) {
+                let now = Instant::now();
+                let previous = refused_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .replace(now);
+                if previous.is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_RECHECK) {
                     info!(
-                        "the service account may not list and watch pods: the interceptors LIST \
-                         a surged workload's pods instead of watching them"
+                        error = %e,
+                        "kube-apiserver refused the watch of pods: the interceptors LIST a surged \
+                         workload's pods instead of watching them, and ask again in \
+                         {REFUSAL_RECHECK:?}"
                     );
                 }
                 break;

@@ -19,10 +19,13 @@
 //! known to be gone (a settler does, until the last pod of its surge leaves) costs nothing.
 //!
 //! A service account that may not list and watch pods gets a 403 for the watch: the cache stops
-//! watching, says so once in the log, and every read is live, as before the cache.
+//! that watch and drops what it held (a store whose watch ended would only get staler), says so
+//! in the log, and every read is live, as before the cache. The refusal is asked again after
+//! [`REFUSAL_RECHECK`] ([`watches_allowed`]): a kube-apiserver that has just restarted refuses
+//! an account bound by RBAC until its authorization caches are in, and that passing refusal must
+//! not turn the cache off for the life of the process.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,22 @@ use tracing::{debug, info, warn};
 pub const IDLE: Duration = Duration::from_secs(120);
 /// How many gone UIDs are remembered before those older than [`IDLE`] are forgotten.
 const GONE_KEPT: usize = 4096;
+/// How long after kube-apiserver refused (403) a list or watch the watch is tried again: a
+/// refusal can pass (a kube-apiserver that has just restarted refuses until its authorization
+/// caches are in; an administrator grants the permission), and one refused request a minute is
+/// what asking again costs an account that truly may not watch.
+pub const REFUSAL_RECHECK: Duration = Duration::from_secs(60);
+
+/// Whether a watch may be started at `now`: never for a cache that reads live only, and not
+/// within [`REFUSAL_RECHECK`] (`recheck`) of the last refusal (`refused_at`).
+pub fn watches_allowed(
+    live_only: bool,
+    refused_at: Option<Instant>,
+    recheck: Duration,
+    now: Instant,
+) -> bool {
+    !live_only && refused_at.is_none_or(|at| now.saturating_duration_since(at) >= recheck)
+}
 
 /// The pods of the nodes the reads touch (cheap to clone: clones share the watches; a runner
 /// makes its own unless given one with [`Runner::pods`](crate::Runner::pods), and several
@@ -55,8 +74,13 @@ struct Inner {
     /// confirmed gone is not read again, however often a reader asks (a settler asks for every
     /// covered pod until the last one leaves).
     gone: Mutex<HashMap<String, Instant>>,
-    /// The account may not list and watch pods: every read is live.
-    denied: Arc<AtomicBool>,
+    /// Every read is live, for good ([`PodCache::live_only`]).
+    live_only: bool,
+    /// When kube-apiserver last refused (403) a watch: no watch starts before
+    /// [`REFUSAL_RECHECK`] has passed.
+    refused_at: Arc<Mutex<Option<Instant>>>,
+    /// How long after a refusal watches are tried again.
+    recheck: Duration,
     /// Stops every watch when the last clone goes.
     stop: CancellationToken,
 }
@@ -90,24 +114,48 @@ impl PodCache {
 
     /// A cache of the pods of `namespace` only (`None`: every namespace).
     pub fn with_namespace(client: Client, namespace: Option<String>) -> Self {
+        Self::build(client, namespace, false, REFUSAL_RECHECK)
+    }
+
+    /// [`PodCache::with_namespace`], asking a refused watch again after `recheck` instead of
+    /// [`REFUSAL_RECHECK`] (the tests' short wait).
+    pub fn with_recheck(client: Client, namespace: Option<String>, recheck: Duration) -> Self {
+        Self::build(client, namespace, false, recheck)
+    }
+
+    /// A "cache" that reads every pod live and never watches: for an account that may only
+    /// `get` pods (evictord's node agent), where a refused watch would cost a refused LIST.
+    pub fn live_only(client: Client) -> Self {
+        Self::build(client, None, true, REFUSAL_RECHECK)
+    }
+
+    fn build(
+        client: Client,
+        namespace: Option<String>,
+        live_only: bool,
+        recheck: Duration,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
                 namespace,
                 nodes: Mutex::default(),
                 gone: Mutex::default(),
-                denied: Arc::default(),
+                live_only,
+                refused_at: Arc::default(),
+                recheck,
                 stop: CancellationToken::new(),
             }),
         }
     }
 
-    /// A "cache" that reads every pod live and never watches: for an account that may only
-    /// `get` pods (evictord's node agent), where a refused watch would cost a refused LIST.
-    pub fn live_only(client: Client) -> Self {
-        let cache = Self::new(client);
-        cache.inner.denied.store(true, Ordering::Release);
-        cache
+    fn watches_allowed(&self, now: Instant) -> bool {
+        let refused_at = *self
+            .inner
+            .refused_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        watches_allowed(self.inner.live_only, refused_at, self.inner.recheck, now)
     }
 
     fn gone(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
@@ -166,12 +214,17 @@ impl PodCache {
     }
 
     /// The cached pod `ns/name` with UID `uid`, if a synced watch holds it; stops the watches
-    /// idle for [`IDLE`].
+    /// idle for [`IDLE`] and drops those that ended (refused: their store would only get
+    /// staler).
     fn cached(&self, ns: &str, name: &str, uid: &str) -> Option<Pod> {
         let key = ObjectRef::<Pod>::new(name).within(ns);
         let now = Instant::now();
         let mut nodes = self.nodes();
         nodes.retain(|node, w| {
+            if w.stop.is_cancelled() {
+                debug!(node, "pod watch of node ended; its pods are read live");
+                return false;
+            }
             let keep = now.duration_since(w.used) < IDLE;
             if !keep {
                 debug!(node, "pod watch of node idle; stopped");
@@ -197,12 +250,13 @@ impl PodCache {
 
     /// Starts the watch of `node`'s pods unless it runs (or pods may not be watched).
     fn watch_node(&self, node: &str) {
-        if self.inner.denied.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if !self.watches_allowed(now) {
             return;
         }
         let mut nodes = self.nodes();
-        if let Some(w) = nodes.get_mut(node) {
-            w.used = Instant::now();
+        if let Some(w) = nodes.get_mut(node).filter(|w| !w.stop.is_cancelled()) {
+            w.used = now;
             return;
         }
         let api: Api<Pod> = match &self.inner.namespace {
@@ -222,7 +276,8 @@ impl PodCache {
             stream,
             node.to_string(),
             stop.clone(),
-            self.inner.denied.clone(),
+            self.inner.refused_at.clone(),
+            self.inner.recheck,
         ));
         debug!(node, "watching the pods of node");
         nodes.insert(
@@ -236,12 +291,14 @@ impl PodCache {
     }
 }
 
-/// Polls one node's watch until `stop`; a 403 stops it and turns the cache to live reads.
+/// Polls one node's watch until `stop`; a 403 ends it (its store is dropped at the next read)
+/// and turns the cache to live reads until [`REFUSAL_RECHECK`] has passed.
 async fn drive(
     stream: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
     node: String,
     stop: CancellationToken,
-    denied: Arc<AtomicBool>,
+    refused_at: Arc<Mutex<Option<Instant>>>,
+    recheck: Duration,
 ) {
     futures::pin_mut!(stream);
     loop {
@@ -253,10 +310,17 @@ async fn drive(
             Some(Ok(watcher::Event::InitDone)) => debug!(node, "pod watch synced"),
             Some(Ok(_)) => {}
             Some(Err(e)) if is_forbidden(&e) => {
-                if !denied.swap(true, Ordering::AcqRel) {
+                let now = Instant::now();
+                let previous = refused_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .replace(now);
+                // Once per refusal, not once per node's watch.
+                if previous.is_none_or(|at| now.saturating_duration_since(at) >= recheck) {
                     info!(
-                        "the service account may not list and watch pods: the interceptor reads \
-                         each pod with a GET instead of a watch cache"
+                        error = %e,
+                        "kube-apiserver refused the watch of pods: the interceptor reads each pod \
+                         with a GET instead of a watch cache, and asks again in {recheck:?}"
                     );
                 }
                 break;
@@ -265,6 +329,8 @@ async fn drive(
             None => break,
         }
     }
+    // The store is not fed any more: the next read drops it.
+    stop.cancel();
 }
 
 /// Whether a watcher error is kube-apiserver refusing the list or the watch (403): the account
@@ -276,5 +342,33 @@ pub fn is_forbidden(e: &watcher::Error) -> bool {
         | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
         watcher::Error::WatchError(s) => s.code == 403,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rstest::rstest;
+
+    use super::*;
+
+    /// (live only, seconds since the last refusal) → may a watch start (recheck 60 s).
+    #[rstest]
+    #[case::never_refused(false, None, true)]
+    #[case::just_refused(false, Some(0), false)]
+    #[case::refused_within_the_recheck(false, Some(59), false)]
+    #[case::refusal_asked_again(false, Some(60), true)]
+    #[case::live_only(true, None, false)]
+    #[case::live_only_long_after(true, Some(3600), false)]
+    fn watches_allowed_rows(
+        #[case] live_only: bool,
+        #[case] refused_secs_ago: Option<u64>,
+        #[case] allowed: bool,
+    ) {
+        let now = Instant::now() + Duration::from_secs(7200);
+        let refused_at = refused_secs_ago.map(|s| now - Duration::from_secs(s));
+        assert_eq!(
+            watches_allowed(live_only, refused_at, REFUSAL_RECHECK, now),
+            allowed
+        );
     }
 }

@@ -9,7 +9,9 @@
 //! maintenance targeting the pod, the DaemonSet, the taint), and everything while a cache has not
 //! listed yet. A service account that may not list and watch DaemonSets (a chart granting only
 //! `get`) is told so before the watch starts and reads each DaemonSet live, as before, with one
-//! line in the log and no refused request.
+//! line in the log and no refused request; it is asked again every
+//! [`REFUSAL_RECHECK`](evictord_interceptor::pods::REFUSAL_RECHECK), as a watch refused later is,
+//! since a refusal can pass (a kube-apiserver that has just restarted refuses for a moment).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +31,7 @@ use tracing::{debug, info};
 
 use crate::api::NodeMaintenance;
 use crate::interceptor::watch::{drive, drive_unless_forbidden};
+use evictord_interceptor::pods::REFUSAL_RECHECK;
 
 /// The three caches.
 #[derive(Clone)]
@@ -74,19 +77,38 @@ impl Caches {
         .reflect(writer);
         let (client, shutdown, denied) =
             (client.clone(), shutdown.clone(), daemonsets_denied.clone());
+        let allowed = denied.clone();
         let deny = move || {
             denied.store(true, Ordering::Release);
             info!(
                 "the service account may not list and watch DaemonSets: the daemonset.apps.k8s.io \
-                 interceptor reads each DaemonSet with a GET instead of a watch cache"
+                 interceptor reads each DaemonSet with a GET instead of a watch cache, and asks \
+                 again in {REFUSAL_RECHECK:?}"
             );
         };
+        let allow = move || {
+            allowed.store(false, Ordering::Release);
+            info!("the watch of DaemonSets runs: DaemonSets are read from its cache");
+        };
         tokio::spawn(async move {
-            if may_watch_daemonsets(&client).await {
-                drive_unless_forbidden(stream, "DaemonSet", shutdown, deny).await;
-            } else {
-                deny();
+            // Asked again after a refusal (a kube-apiserver that has just restarted refuses until
+            // its authorization caches are in), with a review, not a refused LIST.
+            let mut refused = false;
+            while !may_watch_daemonsets(&client).await {
+                if !refused {
+                    deny();
+                    refused = true;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(REFUSAL_RECHECK) => {}
+                }
             }
+            if refused {
+                // The store has not listed yet: it is read once it has.
+                allow();
+            }
+            drive_unless_forbidden(stream, "DaemonSet", shutdown, deny, allow).await;
         });
         Self {
             maintenances,
