@@ -134,7 +134,33 @@ impl KubeClients {
     }
 }
 
-/// The shared client as a service (clones share its connection pool).
+/// The longest wait for the answer to one request that is not a watch. kube-rs sets no read
+/// timeout by default (`Config::read_timeout` is `None`, to keep long-lived connections), so a
+/// call on a connection kube-apiserver no longer answers (a peer gone without a reset, a
+/// network that drops packets) would wait for ever, holding whatever awaits it: an
+/// interceptor's look at a request (and with it the request's heartbeats), a settler's pass, a
+/// reconcile. kube-apiserver bounds each such request itself (`--request-timeout`, 60 s by
+/// default: a 504 comes first), so this bound cuts only calls it can no longer answer. A watch
+/// is bounded by the watcher's own idle timeout instead.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(65);
+
+/// How long a request of `kind` may wait for its answer: [`CALL_TIMEOUT`], and no bound for a
+/// watch (it streams until kube-apiserver ends it).
+pub fn call_timeout(kind: &RequestKind) -> Option<std::time::Duration> {
+    (kind.verb != "watch").then_some(CALL_TIMEOUT)
+}
+
+/// A request not answered within its [`call_timeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("kube-apiserver did not answer {verb} {resource} within {after:?}")]
+pub struct CallTimedOut {
+    verb: &'static str,
+    resource: String,
+    after: std::time::Duration,
+}
+
+/// The shared client as a service (clones share its connection pool); every request but a
+/// watch is bounded by [`call_timeout`].
 #[derive(Clone)]
 struct Shared(Client);
 
@@ -149,7 +175,25 @@ impl Service<Request<Body>> for Shared {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let client = self.0.clone();
-        async move { client.send(request).await }.boxed()
+        let kind = classify(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        );
+        async move {
+            let Some(after) = call_timeout(&kind) else {
+                return client.send(request).await;
+            };
+            match tokio::time::timeout(after, client.send(request)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(kube::Error::Service(Box::new(CallTimedOut {
+                    verb: kind.verb,
+                    resource: kind.resource,
+                    after,
+                }))),
+            }
+        }
+        .boxed()
     }
 }
 
@@ -240,6 +284,35 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every request is bounded but a watch (both spellings), which streams.
+    #[rstest::rstest]
+    #[case::get("GET", "/api/v1/namespaces/ns/pods/p", None, true)]
+    #[case::list("GET", "/apis/apps/v1/namespaces/ns/deployments", None, true)]
+    #[case::patch(
+        "PATCH",
+        "/apis/evictord.dev/v1alpha1/namespaces/ns/evictionrequests/u/status",
+        None,
+        true
+    )]
+    #[case::eviction("POST", "/api/v1/namespaces/ns/pods/p/eviction", None, true)]
+    #[case::watch("GET", "/api/v1/pods", Some("watch=true&resourceVersion=5"), false)]
+    #[case::watch_path("GET", "/api/v1/watch/namespaces/ns/pods", None, false)]
+    #[case::not_a_watch("GET", "/api/v1/pods", Some("watch=false"), true)]
+    fn call_timeout_rows(
+        #[case] method: &str,
+        #[case] path: &str,
+        #[case] query: Option<&str>,
+        #[case] bounded: bool,
+    ) {
+        let method = http::Method::from_bytes(method.as_bytes()).unwrap();
+        let kind = classify(&method, path, query);
+        assert_eq!(
+            call_timeout(&kind),
+            bounded.then_some(CALL_TIMEOUT),
+            "{kind:?}"
+        );
+    }
 
     #[test]
     fn user_agent_names_the_component_and_the_replica() {
