@@ -170,3 +170,19 @@ pub fn record_request_order(
         seen
     })
 }
+
+/// The plugin's requests (its user agent) that kube-apiserver received between `from` and `to`,
+/// from the audit log of a control plane started with
+/// [`super::control_plane::cluster_with_request_audit`].
+pub fn plugin_requests(
+    c: &super::TestCluster,
+    from: std::time::SystemTime,
+    to: std::time::SystemTime,
+) -> Vec<super::audit::AuditedRequest> {
+    let agent = format!("evictord/{} (plugin)", env!("CARGO_PKG_VERSION"));
+    let log = c.request_audit.as_ref().expect("the request audit log");
+    super::audit::requests(log)
+        .into_iter()
+        .filter(|r| r.user_agent == agent && r.received >= from && r.received <= to)
+        .collect()
+}
