@@ -1,5 +1,6 @@
-//! Following a maintenance until it is drained: read, compute a frame, draw, once a second.
-//! Ctrl-C only stops watching.
+//! Following a maintenance until it is drained: a frame computed from watch caches
+//! ([`crate::follow_watch`]) and drawn once a second (elapsed times move), and at once when a
+//! watch reports a change. Ctrl-C only stops watching.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -10,11 +11,13 @@ use kube::Client;
 use evictord::plugin::Result;
 use evictord::plugin::progress::{Frame, FrameInput, frame, plain_lines};
 
-use crate::read;
+use crate::follow_watch::Watches;
 use crate::show::Display;
 
-/// How often the cluster is read.
+/// How often the frame is drawn without a change (its elapsed times move).
 const TICK: Duration = Duration::from_secs(1);
+/// How long a change waits for the ones that come with it before the frame is drawn.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// How following ended.
 pub enum Outcome {
@@ -26,29 +29,22 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// Reads the maintenance and what its frame needs.
+/// The maintenance's frame, from what the watches see.
 async fn read_frame(
-    client: &Client,
+    watches: &mut Watches,
     name: &str,
     to_evict: &mut BTreeMap<String, BTreeSet<String>>,
 ) -> Result<Frame> {
-    let nm = read::maintenance(client, name).await?;
-    let maintenances = read::maintenances(client).await?;
-    let nodes = read::all_nodes(client).await?;
-    let selected = evictord::controller::node_maintenance::gather::selected_nodes(&nm, &nodes);
-    let pods = read::pods_on(client, &selected).await?;
-    let requests = read::requests(client).await?;
-    let budgets = read::budgets(client, &pods).await?;
-    let namespaces = read::namespace_labels(client, &maintenances).await?;
+    let s = watches.read(name).await?;
     Ok(frame(
         &FrameInput {
-            maintenance: &nm,
-            maintenances: &maintenances,
-            nodes: &nodes,
-            pods: &pods,
-            requests: &requests,
-            budgets: &budgets,
-            namespaces: &namespaces,
+            maintenance: &s.maintenance,
+            maintenances: &s.maintenances,
+            nodes: &s.nodes,
+            pods: &s.pods,
+            requests: &s.requests,
+            budgets: &s.budgets,
+            namespaces: &s.namespaces,
             now: Timestamp::now(),
         },
         to_evict,
@@ -66,8 +62,15 @@ pub async fn follow(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
+    let mut watches = tokio::select! {
+        _ = &mut interrupted => {
+            display.finish("");
+            return Ok(Outcome::Interrupted);
+        }
+        w = Watches::start(client) => w?,
+    };
     loop {
-        let f = read_frame(client, name, &mut to_evict).await?;
+        let f = read_frame(&mut watches, name, &mut to_evict).await?;
         display.update(&f);
         if f.drained {
             let evicted: u64 = f.nodes.iter().map(|n| n.evicted).sum();
@@ -88,6 +91,7 @@ pub async fn follow(
                 return Ok(Outcome::Interrupted);
             }
             _ = tokio::time::sleep(TICK) => {}
+            () = watches.changed() => tokio::time::sleep(SETTLE).await,
         }
     }
 }

@@ -14,6 +14,7 @@ mod cli;
 mod commands;
 mod connect;
 mod follow;
+mod follow_watch;
 mod preview_read;
 mod read;
 mod requests;
