@@ -122,6 +122,50 @@ fn leadership_changes_are_read_from_every_replicas_log_in_order() {
 /// The checker can fail, and does so while the run goes on: a Deployment under the goal below
 /// its replicas and its PodDisruptionBudget's floor broken (from a pod cache), a pod evicted
 /// twice by evictord and an eviction by a replica that never led (from an audit log).
+/// kube-controller-manager's informers are back once its shared informers watch every resource
+/// a drain waits on; a refused watch, another client's watch or a list does not count.
+#[test]
+fn the_controller_manager_is_watching_again_by_the_audit_log() {
+    let line = |ua: &str, verb: &str, resource: &str, code: u16| {
+        serde_json::json!({"verb": verb, "userAgent": ua, "objectRef": {"resource": resource},
+                           "responseStatus": {"code": code}})
+        .to_string()
+    };
+    let kcm = "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19/shared-informers";
+    let mut lines = vec![
+        line(kcm, "watch", "pods", 200),
+        line(kcm, "watch", "replicasets", 403),
+        line(kcm, "list", "deployments", 200),
+        line(
+            "evictord/0.1.0 (controller; r)",
+            "watch",
+            "statefulsets",
+            200,
+        ),
+        "not json".to_string(),
+    ];
+    let text = lines.join("\n");
+    assert_eq!(
+        support::soak::informers_watching(&text)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["pods"]
+    );
+    for r in [
+        "replicasets",
+        "deployments",
+        "statefulsets",
+        "poddisruptionbudgets",
+        "horizontalpodautoscalers",
+    ] {
+        lines.push(line(kcm, "watch", r, 200));
+    }
+    assert_eq!(
+        support::soak::informers_watching(&lines.join("\n")).len(),
+        6
+    );
+}
+
 #[tokio::test]
 async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     use k8s_openapi::api::core::v1::{Node, Pod};

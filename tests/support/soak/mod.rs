@@ -116,9 +116,65 @@ pub fn apply_crds(c: &TestCluster, dir: &std::path::Path) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The resources whose kube-controller-manager informers a drain of the pool waits on.
+const KCM_INFORMERS: &[&str] = &[
+    "pods",
+    "replicasets",
+    "deployments",
+    "statefulsets",
+    "poddisruptionbudgets",
+    "horizontalpodautoscalers",
+];
+
+/// How long the soak waits for kube-controller-manager's informers after a kube-apiserver
+/// restart.
+const KCM_RECOVERY_BOUND: Duration = Duration::from_secs(120);
+
+/// The resources of [`KCM_INFORMERS`] that kube-controller-manager's shared informers started
+/// a watch of, in the audit lines `text` (JSON lines at the Metadata level).
+pub fn informers_watching(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["verb"] == "watch"
+                && e["userAgent"].as_str().is_some_and(|a| {
+                    a.starts_with("kube-controller-manager") && a.ends_with("shared-informers")
+                })
+                && e["responseStatus"]["code"]
+                    .as_i64()
+                    .is_none_or(|c| c == 200)
+        })
+        .filter_map(|e| e["objectRef"]["resource"].as_str().map(str::to_string))
+        .filter(|r| KCM_INFORMERS.contains(&r.as_str()))
+        .collect()
+}
+
+/// When kube-controller-manager watched every resource of [`KCM_INFORMERS`] again, by the
+/// request audit log read from byte `from` on (its position before the restart); `None` when
+/// not within `bound` (or without an audit log).
+async fn controller_manager_watching(
+    c: &TestCluster,
+    from: u64,
+    bound: Duration,
+) -> Option<std::time::SystemTime> {
+    let audit = c.request_audit.as_ref()?;
+    let t = Instant::now();
+    while t.elapsed() < bound {
+        let text = std::fs::read(audit)
+            .map(|b| String::from_utf8_lossy(&b[(from as usize).min(b.len())..]).into_owned())
+            .unwrap_or_default();
+        if informers_watching(&text).len() == KCM_INFORMERS.len() {
+            return Some(std::time::SystemTime::now());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    None
+}
+
 /// Runs the `plan` against the control plane and the replicas; returns how many faults were
-/// injected. Each fault finishes (the killed replica restarted, kube-apiserver answering,
-/// etcd resumed, the roll done) before the next pause starts.
+/// injected. Each fault finishes (the killed replica restarted, kube-apiserver answering and
+/// kube-controller-manager watching again, etcd resumed, the roll done) before the next pause
+/// starts.
 pub async fn inject(
     c: &'static TestCluster,
     replicas: Arc<tokio::sync::Mutex<Replicas>>,
@@ -172,6 +228,11 @@ pub async fn inject(
             }
             Fault::RestartApiserver => {
                 timeline.note(format!("fault {n}: {}", p.fault));
+                let audit_from = c
+                    .request_audit
+                    .as_ref()
+                    .and_then(|a| std::fs::metadata(a).ok())
+                    .map_or(0, |m| m.len());
                 let restart = c.restart_apiserver().await;
                 timeline.note(format!(
                     "fault {n}: kube-apiserver answering again ({:.1} s without an answer{})",
@@ -182,6 +243,23 @@ pub async fn inject(
                         .as_secs_f64(),
                     if restart.killed { ", SIGKILLed" } else { "" }
                 ));
+                // kube-controller-manager's informers come back at their own backoff (client-go's
+                // reflector: up to 30 s, with as much again of jitter), and until they do it
+                // neither creates replacement pods nor updates PodDisruptionBudgets: the fault
+                // is finished once they watch again.
+                let watching = controller_manager_watching(c, audit_from, KCM_RECOVERY_BOUND).await;
+                timeline.note(match watching {
+                    Some(after) => format!(
+                        "fault {n}: kube-controller-manager watching again {:.1} s after kube-apiserver answered",
+                        after
+                            .duration_since(restart.answering)
+                            .unwrap_or_default()
+                            .as_secs_f64()
+                    ),
+                    None => format!(
+                        "fault {n}: kube-controller-manager not watching again within {KCM_RECOVERY_BOUND:?}"
+                    ),
+                });
             }
             Fault::PauseEtcd { for_ } => {
                 timeline.note(format!("fault {n}: {}", p.fault));
@@ -407,9 +485,18 @@ pub async fn round(
         let dp = DeleteParams::default();
         let _ = retry(|| nms.delete(&name, &dp)).await;
     }
-    pool.wait_restored(bound)
-        .await
-        .map_err(|e| format!("round {number}: pool not restored: {e}"))?;
+    // Its reads fail while kube-apiserver restarts: asked again until the bound.
+    let restoring = Instant::now();
+    loop {
+        let left = bound.saturating_sub(restoring.elapsed());
+        match pool.wait_restored(left).await {
+            Ok(_) => break,
+            Err(e) if left.is_zero() || e.to_string().contains("not restored") => {
+                return Err(format!("round {number}: pool not restored: {e}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
     let r = Round {
         targeted: targeted.len(),
         kubectl_runs,
@@ -476,12 +563,117 @@ async fn stalled(pool: &Pool, drained: &BTreeSet<&String>) -> String {
         Err(e) => vec![format!("listing EvictionRequests: {e}")],
     };
     format!(
-        "pods on the drained nodes ({}):\n  {}\nEvictionRequests not ended ({}):\n  {}",
+        "pods on the drained nodes ({}):\n  {}\nEvictionRequests not ended ({}):\n  {}\n{}",
         pods.len(),
         pods.join("\n  "),
         open.len(),
-        open.join("\n  ")
+        open.join("\n  "),
+        workloads_state(pool).await
     )
+}
+
+/// The pool's pods not available (pending, unready or terminating), its Deployments, autoscalers
+/// and PodDisruptionBudgets as kube-apiserver has them: what a stalled eviction waits on.
+async fn workloads_state(pool: &Pool) -> String {
+    let mut out = Vec::new();
+    let unavailable: Vec<String> = pool
+        .played
+        .pods()
+        .state()
+        .iter()
+        .filter(|p| !super::pool::schedule::is_ready(p) || p.metadata.deletion_timestamp.is_some())
+        .map(|p| {
+            format!(
+                "{} on {:?}: phase {:?}, ready {}, deleting since {:?}",
+                p.metadata.name.clone().unwrap_or_default(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                super::pool::schedule::is_ready(p),
+                p.metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string()),
+            )
+        })
+        .collect();
+    out.push(format!(
+        "pods not available ({}):\n  {}",
+        unavailable.len(),
+        unavailable.join("\n  ")
+    ));
+    let lp = ListParams::default();
+    let deployments: Api<Deployment> = Api::namespaced(pool.client.clone(), &pool.ns);
+    match retry(|| deployments.list(&lp)).await {
+        Ok(list) => {
+            for d in list.items {
+                let s = d.status.clone().unwrap_or_default();
+                let replicas = d.spec.replicas;
+                let surge = d
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("evictord.dev/surge").cloned());
+                if replicas == s.available_replicas && surge.is_none() {
+                    continue;
+                }
+                out.push(format!(
+                    "Deployment {}: generation {:?} observed {:?}, spec.replicas {replicas:?}, status replicas {:?} updated {:?} ready {:?} available {:?}, surge record {surge:?}",
+                    d.metadata.name.clone().unwrap_or_default(),
+                    d.metadata.generation,
+                    s.observed_generation,
+                    s.replicas,
+                    s.updated_replicas,
+                    s.ready_replicas,
+                    s.available_replicas,
+                ));
+            }
+        }
+        Err(e) => out.push(format!("listing Deployments: {e}")),
+    }
+    let autoscalers: Api<HorizontalPodAutoscaler> = Api::namespaced(pool.client.clone(), &pool.ns);
+    match retry(|| autoscalers.list(&lp)).await {
+        Ok(list) => {
+            for h in list.items {
+                let spec = h.spec.clone();
+                let s = h.status.clone().unwrap_or_default();
+                out.push(format!(
+                    "HorizontalPodAutoscaler {}: minReplicas {:?} maxReplicas {}, current {} desired {}, record {:?}",
+                    h.metadata.name.clone().unwrap_or_default(),
+                    spec.min_replicas,
+                    spec.max_replicas,
+                    s.current_replicas,
+                    s.desired_replicas,
+                    h.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(evictord::interceptor::hpa::RECORD_ANNOTATION)),
+                ));
+            }
+        }
+        Err(e) => out.push(format!("listing HorizontalPodAutoscalers: {e}")),
+    }
+    // policy/v1beta1 on the v1.20 control plane: read untyped.
+    let gvk = kube::api::GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
+    let resource = kube::api::ApiResource::from_gvk(&gvk);
+    let budgets: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(pool.client.clone(), &pool.ns, &resource);
+    match retry(|| budgets.list(&lp)).await {
+        Ok(list) => {
+            for b in list.items {
+                let status = b.data.get("status").cloned().unwrap_or_default();
+                if status.get("disruptionsAllowed").and_then(|v| v.as_i64()) != Some(0) {
+                    continue;
+                }
+                out.push(format!(
+                    "PodDisruptionBudget {} (generation {:?}): status {status}",
+                    b.metadata.name.clone().unwrap_or_default(),
+                    b.metadata.generation,
+                ));
+            }
+        }
+        Err(e) => out.push(format!("listing PodDisruptionBudgets: {e}")),
+    }
+    out.join("\n")
 }
 
 /// `kubectl drain` of `nodes` with the pool's flags, run again 3 s after it exits non-zero (as
