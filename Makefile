@@ -150,11 +150,13 @@ fuzz:
 ## make chaos: the long fault tests on the real control plane, ignored by `make test`, each in
 ## the middle of a drain: the leader SIGKILLed (tests/chaos_drain.rs, 1000 pods), kube-apiserver
 ## restarted (tests/chaos_apiserver_restart.rs, 500 pods), etcd paused for 30 s
-## (tests/chaos_etcd_pause.rs, 500 pods); prints the figures of docs/src/reliability.md. Each test
+## (tests/chaos_etcd_pause.rs, 500 pods), and restarted while an interceptor heartbeats under a
+## deadline shorter than the outage (tests/chaos_heartbeat_outage.rs, one pod); prints the figures
+## of docs/src/reliability.md. Each test
 ## binary has its own control plane; they run one after the other, all of them even when one
 ## fails (CHAOS_TESTS picks some). The short fault tests (webhook down: tests/webhook_down.rs;
 ## hostile clients: tests/hostile_clients.rs) run in `make test`.
-CHAOS_TESTS ?= chaos_drain chaos_apiserver_restart chaos_etcd_pause
+CHAOS_TESTS ?= chaos_drain chaos_apiserver_restart chaos_etcd_pause chaos_heartbeat_outage
 chaos:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
 	$(CARGO) test --locked --no-fail-fast $(addprefix --test ,$(CHAOS_TESTS)) -- --ignored --nocapture

@@ -15,6 +15,7 @@
 //! the rest of evictord works as before.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -46,12 +47,24 @@ pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(300);
 pub struct Watched<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     changes: broadcast::Sender<Arc<K>>,
+    /// The last moment its watch failed for want of kube-apiserver ([`unreachable`]; unix
+    /// seconds; 0: never).
+    last_error: Arc<AtomicI64>,
 }
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> Watched<K> {
     /// The read handle of the store.
     pub fn store(&self) -> &Store<K> {
         &self.store
+    }
+
+    /// The last moment its watch failed for want of kube-apiserver (unreachable, restarting,
+    /// overloaded: [`unreachable`]); `None` if it never did since evictord started.
+    pub fn last_error(&self) -> Option<jiff::Timestamp> {
+        match self.last_error.load(Ordering::Relaxed) {
+            0 => None,
+            s => jiff::Timestamp::from_second(s).ok(),
+        }
     }
 
     /// Every cached object.
@@ -225,6 +238,8 @@ where
     let changes = tx.clone();
     let kind = K::kind(&()).to_string();
     let stored = reader.clone();
+    let last_error = Arc::new(AtomicI64::new(0));
+    let failed = last_error.clone();
     tokio::spawn(async move {
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
@@ -239,13 +254,36 @@ where
                         drop(tx.send(obj));
                     }
                 }
-                Err(e) => warn!(kind, error = %e, "watch error; retrying with backoff"),
+                Err(e) => {
+                    if unreachable(&e) {
+                        failed.store(jiff::Timestamp::now().as_second(), Ordering::Relaxed);
+                    }
+                    warn!(kind, error = %e, "watch error; retrying with backoff");
+                }
             }
         }
     });
     Watched {
         store: reader,
         changes,
+        last_error,
+    }
+}
+
+/// Whether a watch failed for want of kube-apiserver: no connection, no answer, or an answer
+/// that it cannot serve now (5xx, 429). Not a refusal (403) or an expired resource version (410,
+/// which a watch meets in normal operation and relists from): kube-apiserver answered those.
+pub fn unreachable(e: &watcher::Error) -> bool {
+    let unavailable = |code: u16| code >= 500 || code == 429;
+    match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => match k {
+            kube::Error::Api(s) => unavailable(s.code),
+            _ => true,
+        },
+        watcher::Error::WatchError(s) => unavailable(s.code),
+        _ => false,
     }
 }
 
@@ -347,6 +385,40 @@ mod tests {
         p.metadata.namespace = Some("ns".into());
         p.metadata.resource_version = Some(rv.into());
         p
+    }
+
+    fn status(code: u16) -> kube::core::Status {
+        kube::core::Status {
+            code,
+            ..kube::core::Status::default()
+        }
+    }
+
+    /// One row per kind of watch failure: kube-apiserver unreachable or not, as [`unreachable`]
+    /// tells it.
+    #[rstest::rstest]
+    #[case::no_connection(watcher::Error::WatchStartFailed(kube::Error::Service("connection refused".into())), true)]
+    #[case::starting(
+        watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status(503)))),
+        true
+    )]
+    #[case::list_timed_out(
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status(504)))),
+        true
+    )]
+    #[case::too_many_requests(
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status(429)))),
+        true
+    )]
+    #[case::stream_cut(watcher::Error::WatchFailed(kube::Error::Service("eof".into())), true)]
+    #[case::expired(watcher::Error::WatchError(Box::new(status(410))), false)]
+    #[case::refused(
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status(403)))),
+        false
+    )]
+    #[case::no_resource_version(watcher::Error::NoResourceVersion, false)]
+    fn unreachable_rows(#[case] e: watcher::Error, #[case] expected: bool) {
+        assert_eq!(unreachable(&e), expected, "{e}");
     }
 
     fn names(objs: &[Arc<CachedPod>]) -> Vec<String> {

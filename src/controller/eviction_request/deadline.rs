@@ -19,6 +19,25 @@ pub fn heartbeat_deadline_at(
     request.heartbeat_deadline_at(entry, default_deadline)
 }
 
+/// An interceptor's heartbeat deadline `deadline` (of `duration` after its last heartbeat)
+/// pushed past an outage: when the controller's watch of the requests last failed for want of
+/// kube-apiserver at `unreachable_until` (down, restarting, overloaded: `cluster::unreachable`),
+/// the deadline is at the earliest `duration` after that. No interceptor can write a heartbeat
+/// while kube-apiserver does not answer, and the controller cannot see one while its watch is
+/// down; nor can the controller tell when the outage began (a kube-apiserver shutting down
+/// keeps its watches open and answers nothing new), so every deadline gets a whole `duration`
+/// after it. Counting the outage against the interceptor would hand its pod to the next
+/// interceptor, in the end to the Eviction API, for an outage that was nobody's doing (the soak
+/// saw it: a Deployment's pod evicted without its surge after a kube-apiserver restart longer
+/// than the deadline). An interceptor that is gone gets that once per outage.
+pub fn past_outage(
+    deadline: Timestamp,
+    unreachable_until: Option<Timestamp>,
+    duration: Duration,
+) -> Timestamp {
+    unreachable_until.map_or(deadline, |u| deadline.max(add(u, duration)))
+}
+
 /// When the controller, as the imperative interceptor, should heartbeat again after a heartbeat
 /// at `last`: half-way to its deadline, so that one missed reconcile does not expire it, but
 /// never sooner than the minimum step admission allows.
@@ -54,6 +73,24 @@ mod tests {
 
     const MIN: Duration = Duration::from_secs(60);
     const DEFAULT: Duration = Duration::from_secs(1200);
+
+    /// One row per case of [`past_outage`]: a deadline of 60 s at t(600).
+    #[rstest]
+    // No outage seen.
+    #[case::no_outage(None, t(600))]
+    // The watch failed before the deadline: the interceptor gets 60 s after it.
+    #[case::outage_before(Some(580), t(640))]
+    // It failed after the deadline: the deadline passed while nobody could see a heartbeat.
+    #[case::outage_after(Some(650), t(710))]
+    #[case::outage_long_after(Some(900), t(960))]
+    // Long before: the deadline stays.
+    #[case::outage_long_before(Some(100), t(600))]
+    fn past_outage_rows(#[case] failed_at: Option<i64>, #[case] expected: Timestamp) {
+        assert_eq!(
+            past_outage(t(600), failed_at.map(t), Duration::from_secs(60)),
+            expected
+        );
+    }
 
     #[rstest]
     // Anchored on creationTimestamp (t(0)) when the interceptor has no times yet.

@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::deadline::{add, heartbeat_deadline_at};
+use super::deadline::{add, heartbeat_deadline_at, past_outage};
 use super::decision::{
     DecideSettings, Decision, Draft, EventType, ProcessedReason, joined_notes, pod_deleted_message,
 };
@@ -42,6 +42,9 @@ pub struct Surroundings<'a> {
     pub registration: &'a dyn Fn(&str) -> Registration,
     /// What the PodDisruptionBudgets selecting the pod say now (step 8's retry, [`retry_at`]).
     pub budgets: Allowance,
+    /// When the controller's watch of the requests last failed, if it did: heartbeat deadlines
+    /// count past it ([`past_outage`]).
+    pub unreachable_until: Option<Timestamp>,
 }
 
 /// Decides what to do with `request`, given the cached target pod (`None` when the cache has no
@@ -77,6 +80,7 @@ pub fn decide_on_node(
         node_agent,
         registration: &|_| Registration::Unknown,
         budgets: Allowance::Unknown,
+        unreachable_until: None,
     };
     decide_with(request, pod, &surroundings, now, settings)
 }
@@ -96,6 +100,7 @@ pub fn decide_with(
     draft.node_agent = surroundings.node_agent;
     draft.registration = surroundings.registration;
     draft.budgets = surroundings.budgets;
+    draft.unreachable_until = surroundings.unreachable_until;
     // A `Break` only means "settled, stop here"; everything to do is in the draft either way.
     let _ = run_steps(&mut draft, pod);
     draft.finish()
@@ -416,7 +421,13 @@ fn finished(d: &mut Draft<'_>, name: &str) -> Option<ProcessedReason> {
     }
     let grace_end = unregistered_grace_end(d, entry);
     let look_at_grace_end = grace_end.or_else(|| unknown_grace_end(d, entry));
-    let deadline = heartbeat_deadline_at(d.request, entry, d.settings.interceptor_deadline)?;
+    let deadline = past_outage(
+        heartbeat_deadline_at(d.request, entry, d.settings.interceptor_deadline)?,
+        d.unreachable_until,
+        d.request
+            .spec
+            .heartbeat_deadline(d.settings.interceptor_deadline),
+    );
     if grace_end.is_some_and(|end| d.now >= end) {
         return Some(ProcessedReason::NotRegistered);
     }

@@ -32,6 +32,7 @@ fn run(r: &EvictionRequest, now: i64, mode: RegistrationMode) -> Decision {
         node_agent: false,
         registration: &known,
         budgets: crate::cluster::Allowance::Unknown,
+        unreachable_until: None,
     };
     decide_with(r, Some(&pod("p").build()), &s, t(now), &settings(mode))
 }
@@ -212,6 +213,7 @@ fn completion_and_imperative_unaffected() {
         node_agent: false,
         registration: &|_| Registration::NotRegistered,
         budgets: crate::cluster::Allowance::Unknown,
+        unreachable_until: None,
     };
     let d = decide_with(&r, Some(&pod("p").build()), &s, t(100), &settings(Enforce));
     assert!(d.processed.is_empty(), "{d:?}");

@@ -548,3 +548,42 @@ fn step8_terminating_message_rides_along(
     assert_eq!(written, message);
     assert_eq!(d.status.is_some(), message.is_some());
 }
+
+/// An interceptor silent since t(10) (deadline 1200 s: due at t(1210)), looked at t(1300), the
+/// controller's watch of the requests last failed at `failed_at`: timed out or still given its
+/// turn, and when it is looked at again.
+#[rstest]
+#[case::no_outage(None, true, None)]
+// kube-apiserver unreachable until t(1250): the interceptor gets 1200 s after it.
+#[case::outage_over_the_deadline(Some(1250), false, Some(1150))]
+// An outage long before the deadline does not move it.
+#[case::outage_long_before(Some(5), true, None)]
+// Nor one whose end plus the deadline is past.
+#[case::outage_ended_a_deadline_ago(Some(100), true, None)]
+fn a_heartbeat_deadline_counts_past_an_outage(
+    #[case] failed_at: Option<i64>,
+    #[case] timed_out: bool,
+    #[case] requeue: Option<u64>,
+) {
+    let r = request("uid")
+        .targets(&["a.b", "c.d"])
+        .active("a.b")
+        .activated("a.b", t(0))
+        .started("a.b", t(10))
+        .build();
+    let s = Surroundings {
+        node_agent: false,
+        registration: &|_| crate::api::Registration::Unknown,
+        budgets: crate::cluster::Allowance::Unknown,
+        unreachable_until: failed_at.map(t),
+    };
+    let d = decide_with(&r, Some(&pod("p").build()), &s, t(1300), &settings());
+    assert_eq!(
+        d.processed == vec![("a.b".to_string(), ProcessedReason::TimedOut)],
+        timed_out,
+        "{d:?}"
+    );
+    if let Some(secs) = requeue {
+        assert_eq!(d.requeue_after, Some(Duration::from_secs(secs)), "{d:?}");
+    }
+}

@@ -234,6 +234,9 @@ pub(crate) struct Draft<'a> {
     pub registration: &'a dyn Fn(&str) -> Registration,
     /// What the PodDisruptionBudgets selecting the pod say now (step 8's retry).
     pub budgets: Allowance,
+    /// When the controller's watch of the requests last failed (heartbeat deadlines count past
+    /// it).
+    pub unreachable_until: Option<Timestamp>,
 }
 
 impl<'a> Draft<'a> {
@@ -252,6 +255,7 @@ impl<'a> Draft<'a> {
             node_agent: false,
             registration: &|_| Registration::Unknown,
             budgets: Allowance::Unknown,
+            unreachable_until: None,
         }
     }
 

@@ -322,6 +322,7 @@ impl Sim {
             node_agent: false,
             registration: &registration,
             budgets: crate::cluster::Allowance::Unknown,
+            unreachable_until: None,
         };
         let d = decide_with(
             &self.request,

@@ -226,6 +226,7 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
             node_agent,
             registration: &|name| caches.registration(name),
             budgets,
+            unreachable_until: caches.eviction_requests.last_error(),
         };
         decide_with(&req, pod.as_deref(), &surroundings, now, &ctx.settings)
     };
