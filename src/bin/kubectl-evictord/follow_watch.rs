@@ -229,12 +229,13 @@ impl Watches {
         let version = match self.budget_version {
             Some(v) => v,
             None => {
-                // As the controller's cache chooses; v1 when discovery fails (the watch will say
-                // what is wrong).
-                let v = match self.client.list_api_groups().await {
-                    Ok(groups) => budget_version_in(&groups),
-                    Err(_) => Some("v1"),
+                // As the controller's cache chooses. A discovery that fails is asked again at
+                // the next frame (this one shows no budgets): guessing v1 would leave a server
+                // that serves only v1beta1 (before 1.21) without budgets for good.
+                let Ok(groups) = self.client.list_api_groups().await else {
+                    return Ok(Vec::new());
                 };
+                let v = budget_version_in(&groups);
                 self.budget_version = Some(v);
                 v
             }
