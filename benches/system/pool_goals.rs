@@ -409,11 +409,13 @@ fn endpoints_goals(p: &PoolResults, m: &ModeResult, out: &mut Vec<Goal>) {
 
 /// How many drains of a mode wait for the delay one after the other: a pod's delay runs while
 /// the others of its drain wait too, so one drain pays it once; a node-after-node drain pays it
-/// once per node, a rollout once per batch of nodes it takes at once.
+/// once per node — `kubectl drain` given every node too: it cordons them all, then drains one
+/// node after the other ("node/… drained" before the next node's first eviction) —, a rollout
+/// once per batch of nodes it takes at once, a NodeMaintenance of every node once.
 fn delays_in_sequence(p: &PoolResults, m: &ModeResult) -> usize {
     match m.mode.drainer {
-        Drainer::KubectlAll | Drainer::NodeMaintenance => 1,
-        Drainer::KubectlEach | Drainer::ScriptEach => p.drained,
+        Drainer::NodeMaintenance => 1,
+        Drainer::KubectlAll | Drainer::KubectlEach | Drainer::ScriptEach => p.drained,
         Drainer::Rollout | Drainer::RolloutCordonFirst => p
             .drained
             .div_ceil(m.allowed_unavailable.unwrap_or(1).max(1)),
