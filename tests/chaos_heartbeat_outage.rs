@@ -1,5 +1,5 @@
 //! kube-apiserver restarted (about half a minute without an answer) while an interceptor,
-//! heartbeating every 2 s, holds a pod under a heartbeat deadline of 6 s (`make chaos`): nobody
+//! heartbeating every 2 s, holds a pod under a heartbeat deadline of 15 s (`make chaos`): nobody
 //! can write a heartbeat while kube-apiserver does not answer, so the outage must not count
 //! against the interceptor. Once it answers again and the interceptor heartbeats, the
 //! interceptor keeps its turn and the pod stays; once it stops heartbeating, it times out after
@@ -21,6 +21,16 @@ use support::interceptor::{now, write_when_active};
 use support::wait::until;
 
 const INTERCEPTOR: &str = "db.example.com";
+/// The heartbeat deadline: shorter than the outage (about 33 s), and long enough for the test's
+/// interceptor to write a heartbeat once kube-apiserver answers again (its first calls after a
+/// restart may meet a dead connection or "server is starting").
+const DEADLINE: Duration = Duration::from_secs(15);
+const FLAGS: &[&str] = &[
+    "--interceptor-deadline=15s",
+    "--min-heartbeat-interval=1s",
+    "--eviction-backoff-base=1s",
+    "--eviction-backoff-cap=4s",
+];
 
 /// Writes the interceptor's heartbeat every 2 s while `on`, whatever kube-apiserver answers.
 fn heartbeat(api: Api<EvictionRequest>, uid: String, on: Arc<AtomicBool>) {
@@ -56,7 +66,7 @@ fn processed(r: &EvictionRequest) -> Vec<String> {
 #[tokio::test]
 #[ignore = "restarts kube-apiserver: run by make chaos"]
 async fn an_outage_longer_than_the_heartbeat_deadline_times_no_interceptor_out() {
-    let e = support::evictord::shared(support::evictord::FAST).await;
+    let e = support::evictord::shared(FLAGS).await;
     let c = support::cluster().await;
     let client = c.client().await;
     let ns = c.namespace("chaos-outage").await;
@@ -86,11 +96,11 @@ async fn an_outage_longer_than_the_heartbeat_deadline_times_no_interceptor_out()
         .duration_since(restart.stopping)
         .unwrap_or_default();
     assert!(
-        down > Duration::from_secs(12),
-        "the outage ({down:?}) must outlast the 6 s deadline twice over"
+        down > DEADLINE + Duration::from_secs(5),
+        "the outage ({down:?}) must outlast the {DEADLINE:?} deadline"
     );
     // Heartbeats come again; the controller's watch is back (its next change comes through).
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    tokio::time::sleep(DEADLINE + Duration::from_secs(10)).await;
     let r = api.get(&uid).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     assert!(
@@ -104,7 +114,7 @@ async fn an_outage_longer_than_the_heartbeat_deadline_times_no_interceptor_out()
         "the pod stays while its interceptor works"
     );
 
-    // Silent from now on: timed out after its deadline (6 s, plus the controller's look).
+    // Silent from now on: timed out after its deadline (plus the controller's look).
     on.store(false, Ordering::SeqCst);
     let timed_out = until(
         Duration::from_secs(60),
