@@ -316,12 +316,7 @@ async fn drive(
                 changed(&mut seen, &pod.uid().unwrap_or_default(), None)
             }
             Some(Err(e)) if evictord_interceptor::pods::is_forbidden(&e) => {
-                let now = Instant::now();
-                let previous = refused_at
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .replace(now);
-                if previous.is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_RECHECK) {
+                if evictord_interceptor::pods::record_refusal(&refused_at, REFUSAL_RECHECK) {
                     info!(
                         error = %e,
                         "kube-apiserver refused the watch of pods: the interceptors LIST a surged \

@@ -310,13 +310,8 @@ async fn drive(
             Some(Ok(watcher::Event::InitDone)) => debug!(node, "pod watch synced"),
             Some(Ok(_)) => {}
             Some(Err(e)) if is_forbidden(&e) => {
-                let now = Instant::now();
-                let previous = refused_at
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .replace(now);
                 // Once per refusal, not once per node's watch.
-                if previous.is_none_or(|at| now.saturating_duration_since(at) >= recheck) {
+                if record_refusal(&refused_at, recheck) {
                     info!(
                         error = %e,
                         "kube-apiserver refused the watch of pods: the interceptor reads each pod \
@@ -331,6 +326,18 @@ async fn drive(
     }
     // The store is not fed any more: the next read drops it.
     stop.cancel();
+}
+
+/// Records a refusal (403) of a watch in `refused_at`, now; true when it is the first within
+/// `recheck` of the last one recorded (the one to log: the watches of several nodes or workloads
+/// share the record and are refused together).
+pub fn record_refusal(refused_at: &Mutex<Option<Instant>>, recheck: Duration) -> bool {
+    let now = Instant::now();
+    let previous = refused_at
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace(now);
+    previous.is_none_or(|at| now.saturating_duration_since(at) >= recheck)
 }
 
 /// Whether a watcher error is kube-apiserver refusing the list or the watch (403): the account
