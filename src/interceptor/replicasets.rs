@@ -1,6 +1,7 @@
-//! A watch cache of the owners of every ReplicaSet, for the Deployment interceptor's walk from a
-//! pod to its Deployment (pod → ReplicaSet → Deployment) without a GET of the ReplicaSet at each
-//! look. It watches metadata only (`PartialObjectMeta`) and keeps of each ReplicaSet its owner
+//! A watch cache of the owners of every ReplicaSet, for the Deployment and HPA interceptors' walk
+//! from a pod to its Deployment (pod → ReplicaSet → Deployment) without a GET of the ReplicaSet at
+//! each look: one for the process ([`ReplicaSets::shared`]), whichever interceptor starts first.
+//! It watches metadata only (`PartialObjectMeta`) and keeps of each ReplicaSet its owner
 //! references: a ReplicaSet's spec and status, its labels and annotations are never read.
 //!
 //! A cache can only lag behind the cluster: a ReplicaSet it does not hold (not listed yet, or
@@ -9,8 +10,8 @@
 //! log, as the DaemonSet cache does; the watch is asked again after
 //! [`REFUSAL_RECHECK`](evictord_interceptor::pods::REFUSAL_RECHECK), since a refusal can pass).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -52,9 +53,9 @@ impl ReplicaSets {
             move || {
                 flag.store(true, Ordering::Release);
                 info!(
-                    "kube-apiserver refused the watch of ReplicaSets: the deployment.apps.k8s.io \
-                     interceptor reads each ReplicaSet with a GET instead of a watch cache, and \
-                     asks again in {REFUSAL_RECHECK:?}"
+                    "kube-apiserver refused the watch of ReplicaSets: the interceptors read each \
+                     ReplicaSet with a GET instead of a watch cache, and ask again in \
+                     {REFUSAL_RECHECK:?}"
                 );
             },
             move || {
@@ -63,6 +64,21 @@ impl ReplicaSets {
             },
         ));
         Self { store, denied }
+    }
+
+    /// The process's one watch, started with `client` until `shutdown` by the first caller (the
+    /// interceptors share one client); a caller after that watch's shutdown starts another.
+    pub fn shared(client: &Client, shutdown: &CancellationToken) -> Self {
+        /// The running watch and its shutdown.
+        static SHARED: Mutex<Option<(ReplicaSets, CancellationToken)>> = Mutex::new(None);
+        // Every change is one assignment: the value is whole whatever a panicking holder did.
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cache, _)) = shared.as_ref().filter(|(_, stop)| !stop.is_cancelled()) {
+            return cache.clone();
+        }
+        let cache = Self::start(client, shutdown);
+        *shared = Some((cache.clone(), shutdown.clone()));
+        cache
     }
 
     /// The cached ReplicaSet `namespace/name` (owner references only): `Some(None)` when the

@@ -63,8 +63,9 @@ pub enum Error {
 /// wait for a surge), to be started after; `pods` the interceptors' shared watch cache of pods
 /// (the runner's reads and the settler's). A request is woken when its Deployment's facts change
 /// ([`surge::DeploymentFacts`]: not its resourceVersion or managed fields) and when the readiness
-/// of the Deployment's pods does (their watch, [`WorkloadPods`]) while it waits for them; ReplicaSets come from a watch
-/// cache of their owners ([`ReplicaSets`]).
+/// of the Deployment's pods does (their watch, [`WorkloadPods`]) while it waits for them;
+/// ReplicaSets come from the process's one watch cache of their owners
+/// ([`ReplicaSets::shared`], the HPA interceptor's too).
 pub fn run(
     client: Client,
     settings: Settings,
@@ -86,7 +87,8 @@ pub fn run(
         deployments.wakes(&waiters, |d| DeploymentFacts::read(d, None)),
         readiness_waiters.woken_by(readiness_changes),
     );
-    let replicasets = ReplicaSets::start(&client, &shutdown);
+    // The process's one watch of them, shared with the HPA interceptor.
+    let replicasets = ReplicaSets::shared(&client, &shutdown);
     let settler = settler::run(
         client.clone(),
         pods,

@@ -1,34 +1,38 @@
 //! The I/O shell of the HPA interceptor on active requests: find the pod's controllers and the
-//! autoscaler of one of them, read the autoscaler's target through its scale subresource and
-//! status, take [`on_activation`]'s step, and write the autoscaler with one guarded JSON patch
+//! autoscaler of one of them, read the autoscaler's target ([`Reads`]: from the watch caches for
+//! a Deployment, through its scale subresource and status for other kinds), take
+//! [`on_activation`]'s step, and write the autoscaler with one guarded JSON patch
 //! ([`patch_autoscaler`], shared with the settler).
+//!
+//! A request waiting on a Deployment target is woken by the Deployment's changes, by the
+//! readiness of its pods and by the settler freeing room in its surge; every other request that
+//! waits (another kind of target, a look to take again after the interceptor's own write) is
+//! registered to be polled ([`HpaInterceptor::polled_by`]).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::core::gvk::GroupVersion;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{info, warn};
 
 use super::decide::{Step, Write, on_activation};
+use super::reads::{Caches, PodsOf, Reads};
 use super::record::{AutoscalerFacts, autoscaler_patch};
-use super::target::{
-    Autoscaler, Scaled, Workload, autoscaler_for, chain_text, controller_chain, controller_of,
-};
-use super::workload::WorkloadFacts;
+use super::target::{Autoscaler, Scaled, autoscaler_for, chain_text};
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::Autoscalers;
-use crate::interceptor::deployment::decide::{PodReadiness, confirmed_over};
+use crate::interceptor::deployment::decide::confirmed_over;
 use crate::interceptor::deployment::surge::SurgedPod;
 use crate::interceptor::deployment::unobserved::Unobserved;
 use crate::interceptor::deployments::DeploymentKey;
+use crate::interceptor::replicasets::ReplicaSets;
+use crate::interceptor::workload_pods::WorkloadPods;
 use crate::interceptor::{BoxError, Interceptor, Progress, Waiters};
 use crate::metrics::{ResultLabel, metrics};
 use crate::recorder::{Event, EventType, Recorder, reporter};
@@ -42,8 +46,8 @@ pub struct HpaInterceptor {
     recorder: Recorder,
     /// HorizontalPodAutoscalers in the version discovery chose; `None`: the server has none.
     autoscalers: Option<ApiResource>,
-    /// The resources of scale targets found by discovery (`apiVersion/kind` → resource).
-    targets: Mutex<HashMap<String, ApiResource>>,
+    /// The reads of pods' controllers and of autoscalers' targets.
+    reads: Reads,
     /// The shared autoscaler cache (a LIST while it has not synced).
     cache: Autoscalers,
     /// Since when each target Deployment's latest generation has been seen unobserved.
@@ -51,6 +55,10 @@ pub struct HpaInterceptor {
     /// The requests waiting on their target Deployment, when something wakes them on its
     /// changes.
     waiters: Option<Waiters<DeploymentKey>>,
+    /// The requests waiting for the readiness of their target Deployment's pods.
+    readiness_waiters: Option<Waiters<DeploymentKey>>,
+    /// The requests that wait with no watch to wake them, for a poll to wake.
+    polled: Option<Waiters<()>>,
 }
 
 pub(super) fn recorder(client: &Client) -> Recorder {
@@ -112,17 +120,6 @@ pub(super) async fn patch_autoscaler(
         .map_err(|e| Error::Patch(name, e))
 }
 
-/// Why the object cannot be read at all, when the API error says so (missing, not served, no
-/// scale subresource, not allowed); `None` when the server is only unavailable for now.
-fn unreadable(e: &kube::Error) -> Option<String> {
-    match e {
-        // 403 Forbidden, 404 Not Found, 405 Method Not Allowed (no such subresource).
-        kube::Error::Api(s) if (403..=405).contains(&s.code) => Some(s.message.clone()),
-        kube::Error::Discovery(d) => Some(d.to_string()),
-        _ => None,
-    }
-}
-
 impl HpaInterceptor {
     /// The interceptor, writing with `client`, reading autoscalers in `autoscaling/{version}`
     /// (`None`: the server serves none), first from `cache`.
@@ -130,12 +127,35 @@ impl HpaInterceptor {
         Self {
             recorder: recorder(&client),
             autoscalers: version.map(discovery::autoscaler_resource),
-            targets: Mutex::new(HashMap::new()),
+            reads: Reads::new(client.clone()),
             cache,
             unobserved: Unobserved::default(),
             waiters: None,
+            readiness_waiters: None,
+            polled: None,
             client,
         }
+    }
+
+    /// Reads Deployment targets from `deployments` (the shared watch's store), the pods'
+    /// ReplicaSets from `replicasets` and the readiness of a Deployment target's pods from
+    /// `pods`, instead of a GET of each (and of the Deployment's scale) and a LIST of the pods
+    /// at every look; registers a request that waits for that readiness with
+    /// `readiness_waiters`, for whoever feeds `pods`' changes to them.
+    pub fn reading(
+        mut self,
+        deployments: Store<Deployment>,
+        replicasets: ReplicaSets,
+        pods: WorkloadPods,
+        readiness_waiters: Waiters<DeploymentKey>,
+    ) -> Self {
+        self.reads = Reads::new(self.client.clone()).with_caches(Caches {
+            replicasets,
+            deployments,
+            pods,
+        });
+        self.readiness_waiters = Some(readiness_waiters);
+        self
     }
 
     /// Registers each request that waits for a Deployment to scale with `waiters`, under that
@@ -146,102 +166,11 @@ impl HpaInterceptor {
         self
     }
 
-    /// The pod's controllers (its own, and a ReplicaSet's).
-    async fn chain(&self, ns: &str, pod: &Pod) -> Result<Vec<Workload>, Error> {
-        let owner = controller_of(pod.metadata.owner_references.as_ref());
-        let above = match owner.map(Workload::owner) {
-            Some(w) if w.is_replicaset() => {
-                let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
-                let rs = sets
-                    .get_opt(&w.name)
-                    .await
-                    .map_err(|e| Error::Read(format!("ReplicaSet {}", w.name), e))?;
-                rs.and_then(|rs| controller_of(rs.metadata.owner_references.as_ref()).cloned())
-            }
-            _ => None,
-        };
-        Ok(controller_chain(owner, above.as_ref()))
-    }
-
-    /// The resource of a scale target, from discovery (remembered); `Err` says why there is none.
-    async fn resource_of(&self, target: &Workload) -> Result<Result<ApiResource, String>, Error> {
-        let Some(api_version) = target.api_version.as_deref() else {
-            return Ok(Err("its scaleTargetRef has no apiVersion".into()));
-        };
-        let key = format!("{api_version}/{}", target.kind);
-        if let Some(r) = self.targets.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(Ok(r));
-        }
-        let gvk = match api_version.parse::<GroupVersion>() {
-            Ok(gv) => GroupVersionKind::gvk(&gv.group, &gv.version, &target.kind),
-            Err(e) => return Ok(Err(format!("apiVersion {api_version:?}: {e}"))),
-        };
-        match kube::discovery::pinned_kind(&self.client, &gvk).await {
-            Ok((resource, _)) => {
-                if let Ok(mut m) = self.targets.lock() {
-                    m.insert(key, resource.clone());
-                }
-                Ok(Ok(resource))
-            }
-            Err(e) => match unreadable(&e) {
-                Some(why) => Ok(Err(format!(
-                    "{api_version} {} is not served ({why})",
-                    target.kind
-                ))),
-                None => Err(Error::Read(format!("the {api_version} API"), e)),
-            },
-        }
-    }
-
-    /// The readiness of the pods of label selector `selector` (a scale subresource's
-    /// `status.selector`), read from the API.
-    async fn readiness(&self, ns: &str, selector: &str) -> Result<Vec<PodReadiness>, Error> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let list = pods
-            .list(&ListParams::default().labels(selector))
-            .await
-            .map_err(|e| Error::Read(format!("pods of selector {selector}"), e))?;
-        Ok(list.items.iter().map(PodReadiness::of).collect())
-    }
-
-    /// The facts of an autoscaler's target, and the label selector of its pods from its scale
-    /// subresource (when it says); `Err` says why they cannot be read.
-    async fn workload(
-        &self,
-        ns: &str,
-        target: &Workload,
-    ) -> Result<Result<(WorkloadFacts, Option<String>), String>, Error> {
-        let resource = match self.resource_of(target).await? {
-            Ok(r) => r,
-            Err(why) => return Ok(Err(why)),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &resource);
-        let scale = match api.get_scale(&target.name).await {
-            Ok(s) => s,
-            Err(e) => {
-                return match unreadable(&e) {
-                    Some(why) => Ok(Err(format!("its scale subresource cannot be read ({why})"))),
-                    None => Err(Error::Read(format!("the scale of {target}"), e)),
-                };
-            }
-        };
-        let object = match api.get_opt(&target.name).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return Ok(Err("it is gone".into())),
-            Err(e) => {
-                return match unreadable(&e) {
-                    Some(why) => Ok(Err(format!("it cannot be read ({why})"))),
-                    None => Err(Error::Read(target.to_string(), e)),
-                };
-            }
-        };
-        let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
-        let selector = scale
-            .status
-            .and_then(|s| s.selector)
-            .filter(|s| !s.is_empty());
-        let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-        Ok(WorkloadFacts::read(target, replicas, &value).map(|w| (w, selector)))
+    /// Registers each request that waits with nothing to wake it (no watch of its target, or
+    /// a look to take again soon) with `polled`, for whoever wakes them at a short interval.
+    pub fn polled_by(mut self, polled: Waiters<()>) -> Self {
+        self.polled = Some(polled);
+        self
     }
 
     async fn step(
@@ -249,13 +178,13 @@ impl HpaInterceptor {
         request: &EvictionRequest,
         pod: &Pod,
         resource: &ApiResource,
-    ) -> Result<Progress, Error> {
+    ) -> Result<(Progress, Woken), Error> {
         let ns = pod.namespace().unwrap_or_default();
         let skip = |message: String| {
             count("skipped");
-            Ok(Progress::complete(message))
+            Ok((Progress::complete(message), Woken::Polled))
         };
-        let chain = self.chain(&ns, pod).await?;
+        let chain = self.reads.chain(&ns, pod).await?;
         if chain.is_empty() {
             return skip(format!(
                 "no surge: pod {} has no controller",
@@ -304,52 +233,68 @@ impl HpaInterceptor {
             };
             let (h, hpa) = (&facts[index], &items[index]);
             let name = &h.autoscaler.name;
-            // Before the workload's read: a change after it wakes the request.
-            if let Some(w) = &self.waiters
-                && h.autoscaler.target.kind == "Deployment"
-                && (h.autoscaler.target.api_version.as_deref())
-                    .is_none_or(|v| v.starts_with("apps/"))
-            {
-                w.wait((ns.clone(), h.autoscaler.target.name.clone()), request);
-            }
-            let (workload, selector) = match self.workload(&ns, &h.autoscaler.target).await? {
+            let scaled = &h.autoscaler.target;
+            // A Deployment target's changes wake the request, when something feeds them.
+            let woken = match &self.waiters {
+                Some(w) if scaled.is_deployment() => {
+                    // Before the workload's read: a change after it wakes the request.
+                    w.wait((ns.clone(), scaled.name.clone()), request);
+                    Woken::Watched
+                }
+                _ => Woken::Polled,
+            };
+            // From the caches. A conflict is the autoscaler's (read live above): the workload
+            // is read live only from the third attempt on, as the Deployment interceptor does.
+            let (workload, pods) = match self.reads.workload(&ns, scaled, attempt >= 2).await? {
                 Ok(w) => w,
                 Err(why) => {
                     return skip(format!(
-                        "no surge: HorizontalPodAutoscaler {name} scales {}, which cannot be read: {why}",
-                        h.autoscaler.target
+                        "no surge: HorizontalPodAutoscaler {name} scales {scaled}, which cannot be read: {why}"
                     ));
                 }
             };
             let unobserved_for = workload.deployment.as_ref().map_or(Duration::ZERO, |d| {
                 self.unobserved.seen_for(
-                    &format!("{ns}/{}", h.autoscaler.target.name),
+                    &format!("{ns}/{}", scaled.name),
                     d.facts.generation,
                     d.facts.observed_generation,
                 )
             });
-            let (reason, write, note, progress) = match on_activation(
-                h,
-                &workload,
-                &target,
-                unobserved_for,
-            ) {
+            let step = on_activation(h, &workload, &target, unobserved_for);
+            // A request that surges or waits for a surge will want the readiness of the
+            // Deployment's pods: their watch lists now, and wakes the request when it changes.
+            if let Some(pods) = &pods
+                && matches!(step, Step::Join(_) | Step::Wait(_) | Step::Ready(_))
+            {
+                self.reads.watch(pods);
+            }
+            let (reason, write, note, progress) = match step {
                 Step::Skip(message) => return skip(message),
-                Step::Wait(message) => return Ok(Progress::in_progress(message)),
+                Step::Wait(message) => return Ok((Progress::in_progress(message), woken)),
                 Step::Ready(message) => {
-                    if let (Ok(Some(record)), Some(selector)) = (&h.record, &selector)
-                        && let Err(why) = confirmed_over(
+                    if let (Ok(Some(record)), Some(pods)) = (&h.record, &pods) {
+                        // Before the read: a change of the pods' readiness after it wakes the
+                        // request.
+                        if let (Some(w), PodsOf::Deployment(key, _)) =
+                            (&self.readiness_waiters, pods)
+                        {
+                            w.wait(key.clone(), request);
+                        }
+                        if let Err(why) = confirmed_over(
                             record.base,
                             |uid| record.covers(uid),
-                            &self.readiness(&ns, selector).await?,
-                        )
-                    {
-                        return Ok(Progress::in_progress(format!(
-                            "raised HorizontalPodAutoscaler {name}; waiting: {why}"
-                        )));
+                            &self.reads.readiness(&ns, pods).await?,
+                        ) {
+                            return Ok((
+                                Progress::in_progress(format!(
+                                    "raised HorizontalPodAutoscaler {name}; waiting: {why}"
+                                )),
+                                woken,
+                            ));
+                        }
                     }
                     observe_time_to_available(request);
-                    return Ok(Progress::complete(message));
+                    return Ok((Progress::complete(message), woken));
                 }
                 Step::Join(write) => {
                     let (from, to) = (write.from, write.to);
@@ -370,21 +315,29 @@ impl HpaInterceptor {
                             capitalized(&raised),
                             target.name
                         ),
-                        Progress::in_progress(format!(
-                            "{raised} of HorizontalPodAutoscaler {name}; waiting until {} has {} available replicas",
-                            workload.workload, to.min
-                        )),
+                        // The workload scales to the raised floor: its changes wake the request.
+                        (
+                            Progress::in_progress(format!(
+                                "{raised} of HorizontalPodAutoscaler {name}; waiting until {} has {} available replicas",
+                                workload.workload, to.min
+                            )),
+                            woken,
+                        ),
                     )
                 }
                 Step::Abandon { write, message } => (
                     Some("SurgeAbandoned"),
                     write,
                     message.clone(),
-                    Progress::complete(message),
+                    (Progress::complete(message), woken),
                 ),
-                Step::Adopt { write, message } => {
-                    (None, write, message.clone(), Progress::in_progress(message))
-                }
+                // Nothing the workload does follows: the next look is polled.
+                Step::Adopt { write, message } => (
+                    None,
+                    write,
+                    message.clone(),
+                    (Progress::in_progress(message), Woken::Polled),
+                ),
             };
             match patch_autoscaler(&self.client, resource, hpa, &write).await {
                 Ok(_) => {
@@ -403,10 +356,20 @@ impl HpaInterceptor {
                 Err(e) => return Err(e),
             }
         }
-        Ok(Progress::in_progress(
-            "the HorizontalPodAutoscaler keeps changing; trying again",
+        Ok((
+            Progress::in_progress("the HorizontalPodAutoscaler keeps changing; trying again"),
+            Woken::Polled,
         ))
     }
+}
+
+/// What wakes the next look at a request still in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Woken {
+    /// The watches of its target Deployment and of its pods.
+    Watched,
+    /// Only a poll.
+    Polled,
 }
 
 fn capitalized(text: &str) -> String {
@@ -448,11 +411,25 @@ impl Interceptor for HpaInterceptor {
             ));
         };
         let progress = self.step(request, pod, resource).await;
-        if let Some(w) = &self.waiters
-            && !matches!(progress, Ok(Progress::InProgress { .. }))
-        {
-            w.forget(request);
+        match &progress {
+            Ok((Progress::InProgress { .. }, Woken::Watched)) => {}
+            Ok((Progress::InProgress { .. }, Woken::Polled)) => {
+                if let Some(p) = &self.polled {
+                    p.wait((), request);
+                }
+            }
+            _ => {
+                for w in [&self.waiters, &self.readiness_waiters]
+                    .into_iter()
+                    .flatten()
+                {
+                    w.forget(request);
+                }
+                if let Some(p) = &self.polled {
+                    p.forget(request);
+                }
+            }
         }
-        Ok(progress?)
+        Ok(progress?.0)
     }
 }

@@ -22,6 +22,7 @@
 pub mod decide;
 pub mod discovery;
 mod interceptor;
+mod reads;
 pub mod record;
 mod settler;
 pub mod target;
@@ -29,6 +30,7 @@ pub mod workload;
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -38,14 +40,26 @@ pub use interceptor::HpaInterceptor;
 use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployment::surge::DeploymentFacts;
 use crate::interceptor::deployments::DeploymentWatch;
+use crate::interceptor::replicasets::ReplicaSets;
+use crate::interceptor::workload_pods::WorkloadPods;
 use crate::interceptor::{PodCache, Runner, Settings, Waiters};
 
 /// The interceptor's name, as pods declare it.
 pub const NAME: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
 /// HorizontalPodAutoscaler annotation holding the [`record::HpaSurgeRecord`] while a surge lasts.
 pub const RECORD_ANNOTATION: &str = "evictord.dev/hpa-surge";
-/// How often a raised autoscaler and an active request are looked at again.
-pub const POLL: Duration = Duration::from_secs(2);
+/// How often an active request is looked at again without a wake: a fallback for a request
+/// whose target is a Deployment, since its looks are woken by every change of what they wait for
+/// (the Deployment's facts, its pods' readiness, the settler freeing room in the surge).
+pub const POLL: Duration = Duration::from_secs(30);
+/// How often a request that waits with no watch to wake it is looked at again: its target is
+/// another kind of workload (a StatefulSet, a custom resource: read live at each look), or the
+/// interceptor's own write wants a second look.
+pub const UNWATCHED_POLL: Duration = Duration::from_secs(2);
+/// How often the settler looks at a raised autoscaler again (from caches: no request to
+/// kube-apiserver unless it writes), until its surge is settled: nothing wakes it when a
+/// covered pod leaves.
+pub const SETTLE_POLL: Duration = Duration::from_secs(2);
 
 /// Errors of the HPA interceptor's API calls.
 #[derive(Debug, thiserror::Error)]
@@ -85,9 +99,14 @@ pub async fn discover_version(client: &Client) -> Option<&'static str> {
 }
 
 /// Runs the interceptor (on active requests) and the settler (on raised autoscalers) until
-/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`];
-/// `deployments` is the shared watch of Deployments, subscribed to here (the wakes of the
-/// requests that wait for a Deployment to scale), to be started after.
+/// `shutdown`. `settings` are the webhook's heartbeat settings; the poll interval is [`POLL`]
+/// (and [`UNWATCHED_POLL`] for the requests no watch wakes); `deployments` is the shared watch of
+/// Deployments, subscribed to here (the wakes of the requests that wait for a Deployment to
+/// scale, and the store a Deployment target is read from), to be started after; `pods` the
+/// interceptors' shared watch cache of pods. The pods' ReplicaSets come from the process's one
+/// watch cache of their owners ([`ReplicaSets::shared`], the Deployment interceptor's too), the
+/// readiness of a Deployment target's pods from their watch ([`WorkloadPods`]: the Deployment
+/// interceptor's watches are of the Deployments no autoscaler scales, these of those one does).
 pub fn run(
     client: Client,
     settings: Settings,
@@ -104,8 +123,37 @@ pub fn run(
     let runner = Runner::new(client.clone(), settings).pods(pods.clone());
     let requests = runner.requests();
     let waiters = Waiters::default();
-    let wakes = deployments.wakes(&waiters, |d| DeploymentFacts::read(d, None));
-    let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers).woken_by(waiters);
+    // Apart: a request waits for its pods' readiness only once the surge is available.
+    let readiness_waiters = Waiters::default();
+    let polled = Waiters::default();
+    let (workload_pods, readiness_changes) = WorkloadPods::new(client.clone());
+    // The settler frees room in a Deployment's surge: the requests waiting for it look again.
+    let (room_freed, room_changes) = tokio::sync::mpsc::unbounded_channel();
+    let room_changes = futures::stream::unfold(room_changes, |mut rx| async move {
+        rx.recv().await.map(|k| (k, rx))
+    });
+    let ticks = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(UNWATCHED_POLL).await;
+        Some(((), ()))
+    });
+    let wakes = futures::stream::select_all([
+        deployments
+            .wakes(&waiters, |d| DeploymentFacts::read(d, None))
+            .boxed(),
+        waiters.woken_by(room_changes).boxed(),
+        readiness_waiters.woken_by(readiness_changes).boxed(),
+        polled.woken_by(ticks).boxed(),
+    ]);
+    let replicasets = ReplicaSets::shared(&client, &shutdown);
+    let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers)
+        .reading(
+            deployments.store(),
+            replicasets,
+            workload_pods,
+            readiness_waiters,
+        )
+        .woken_by(waiters)
+        .polled_by(polled);
     async move {
         match version {
             Some(v) => info!("HorizontalPodAutoscalers in autoscaling/{v}"),
@@ -119,7 +167,7 @@ pub fn run(
             Some(v) => {
                 tokio::join!(
                     runner.run_woken(interceptor, wakes, stop),
-                    settler::run(client, pods, requests, v, shutdown),
+                    settler::run(client, pods, requests, v, room_freed, shutdown),
                 );
             }
             None => runner.run_woken(interceptor, wakes, stop).await,

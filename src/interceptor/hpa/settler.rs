@@ -13,16 +13,18 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::decide::{Settle, Taken, settle};
 use super::interceptor::{count, event, patch_autoscaler, recorder};
 use super::record::AutoscalerFacts;
-use super::{Error, POLL, discovery, is_conflict};
+use super::{Error, SETTLE_POLL, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::PodCache;
 use crate::interceptor::deployment::fate;
+use crate::interceptor::deployments::DeploymentKey;
 use crate::recorder::Recorder;
 
 struct Context {
@@ -31,15 +33,20 @@ struct Context {
     requests: Store<EvictionRequest>,
     recorder: Recorder,
     resource: ApiResource,
+    /// Where the Deployments whose surge a write gave room back go (their requests waiting for
+    /// room look again).
+    room_freed: UnboundedSender<DeploymentKey>,
 }
 
 /// Runs the settler on the autoscalers of `autoscaling/{version}` until `shutdown`, reading the
-/// covered pods from `pods` and their requests from `requests` (the runner's caches).
+/// covered pods from `pods` and their requests from `requests` (the runner's caches); sends the
+/// target of each autoscaler it writes to `room_freed`, when that is a Deployment.
 pub(super) async fn run(
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
     version: &str,
+    room_freed: UnboundedSender<DeploymentKey>,
     shutdown: CancellationToken,
 ) {
     let resource = discovery::autoscaler_resource(version);
@@ -50,6 +57,7 @@ pub(super) async fn run(
         pods,
         requests,
         resource: resource.clone(),
+        room_freed,
     });
     Controller::new_with(api, watcher::Config::default().any_semantic(), resource)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -85,9 +93,15 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         ));
     }
     let Some(s) = settle(&facts, &fates) else {
-        return Ok(Action::requeue(POLL));
+        return Ok(Action::requeue(SETTLE_POLL));
     };
     patch_autoscaler(&ctx.client, &ctx.resource, &hpa, &s.write).await?;
+    if facts.autoscaler.target.is_deployment() {
+        // Nobody listening (shutting down) is no error.
+        let _ = ctx
+            .room_freed
+            .send((ns.clone(), facts.autoscaler.target.name.clone()));
+    }
     let name = format!("{ns}/{}", hpa.name_any());
     let (from, to) = (s.write.from, s.write.to);
     let (reason, note) = match s.taken {
@@ -140,7 +154,7 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 
 fn requeue(s: &Settle) -> Action {
     if s.write.record.is_some() {
-        Action::requeue(POLL)
+        Action::requeue(SETTLE_POLL)
     } else {
         Action::await_change()
     }

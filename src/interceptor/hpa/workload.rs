@@ -67,6 +67,30 @@ fn counts_omit_zero(w: &Workload) -> bool {
 }
 
 impl WorkloadFacts {
+    /// The facts of Deployment `workload`, read from the Deployment `d` itself (a watch cache's):
+    /// the replicas of its scale subresource are its `spec.replicas` (1 when unset, as the API
+    /// defaults it).
+    pub fn of_deployment(workload: &Workload, d: &Deployment) -> Self {
+        let facts = DeploymentFacts::read(d, None);
+        let rolling = d
+            .spec
+            .strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.clone())
+            .unwrap_or_default();
+        Self {
+            workload: workload.clone(),
+            replicas: d.spec.replicas.unwrap_or(1),
+            available: facts.available_replicas,
+            caught_up: facts.observed_generation >= facts.generation,
+            deployment: Some(DeploymentPart {
+                facts,
+                max_surge: rolling.max_surge,
+                max_unavailable: rolling.max_unavailable,
+            }),
+        }
+    }
+
     /// The facts of `workload`, whose scale subresource says `scale_replicas` and whose object is
     /// `object`; `Err` says why its available replicas cannot be read.
     ///
@@ -77,22 +101,9 @@ impl WorkloadFacts {
         if workload.is_deployment() {
             let d: Deployment = serde_json::from_value(object.clone())
                 .map_err(|e| format!("{workload} does not parse: {e}"))?;
-            let facts = DeploymentFacts::read(&d, None);
-            let rolling = d
-                .spec
-                .strategy
-                .and_then(|s| s.rolling_update)
-                .unwrap_or_default();
             return Ok(Self {
-                workload: workload.clone(),
                 replicas: scale_replicas,
-                available: facts.available_replicas,
-                caught_up: facts.observed_generation >= facts.generation,
-                deployment: Some(DeploymentPart {
-                    facts,
-                    max_surge: rolling.max_surge,
-                    max_unavailable: rolling.max_unavailable,
-                }),
+                ..Self::of_deployment(workload, &d)
             });
         }
         let available = int(object, &["status", "availableReplicas"])
@@ -149,6 +160,29 @@ mod tests {
         assert_eq!(part.surge_at(4), (2, 0));
         assert_eq!(part.surge_at(1), (1, 0), "percentages round up");
         assert!(!part.facts.paused);
+    }
+
+    /// A Deployment from a watch cache reads as through its scale subresource and object: the
+    /// scale's replicas are `spec.replicas` (1 when unset).
+    #[rstest::rstest]
+    #[case::replicas(json!(4), 4)]
+    #[case::unset(serde_json::Value::Null, 1)]
+    fn a_cached_deployment_reads_as_its_scale(#[case] replicas: Value, #[case] scale: i32) {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "w", "generation": 3},
+            "spec": {"replicas": replicas, "selector": {}, "template": {},
+                     "strategy": {"rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0}}},
+            "status": {"observedGeneration": 3, "availableReplicas": 3, "replicas": 4, "updatedReplicas": 4},
+        });
+        let w = workload("apps/v1", "Deployment");
+        let typed: Deployment = serde_json::from_value(d.clone()).unwrap();
+        let cached = WorkloadFacts::of_deployment(&w, &typed);
+        assert_eq!(cached, WorkloadFacts::read(&w, scale, &d).unwrap());
+        assert_eq!(
+            (cached.replicas, cached.available, cached.caught_up),
+            (scale, 3, true)
+        );
     }
 
     #[rstest::rstest]
