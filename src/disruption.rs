@@ -70,7 +70,17 @@ pub struct Budget {
     /// every eviction it covers.
     #[serde(skip)]
     pub observed: bool,
+    /// `status.disruptedPods`: the pods whose eviction the budget let through, by name, with the
+    /// time of the eviction; the disruption controller counts a pod of such a name as disrupted
+    /// (not healthy) for [`DISRUPTED_NAME_HELD`] after it, even when it is a new pod back under
+    /// the same name (a StatefulSet's).
+    #[serde(skip)]
+    pub disrupted_pods: Vec<(String, jiff::Timestamp)>,
 }
+
+/// How long the disruption controller counts a pod named in a budget's `status.disruptedPods`
+/// as disrupted (its `DeletionTimeout`, 2 minutes in every release so far).
+pub const DISRUPTED_NAME_HELD: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Budget {
     /// Reads the fields from a PodDisruptionBudget of `policy/{version}` as JSON.
@@ -92,6 +102,16 @@ impl Budget {
             observed: v["status"]["observedGeneration"]
                 .as_i64()
                 .is_some_and(|o| o >= generation),
+            disrupted_pods: v["status"]["disruptedPods"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(name, t)| {
+                            Some((name.clone(), t.as_str()?.parse::<jiff::Timestamp>().ok()?))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -119,6 +139,73 @@ pub fn blocking_budgets<'a, P: DisruptedPod + ?Sized>(
         .iter()
         .filter(|b| b.disruptions_allowed <= 0 && b.selects(pod))
         .collect()
+}
+
+/// A pod that a refusing budget counts as disrupted only because its name was evicted less than
+/// [`DISRUPTED_NAME_HELD`] ago: the pod of that name now is not being deleted — a new pod back
+/// under the evicted pod's name, as a StatefulSet recreates it — yet the budget does not count
+/// it healthy until `until`. (The Eviction API refuses the budget's other pods meanwhile, with a
+/// 429 that says nothing of it: the wait a drain of StatefulSet pods can spend minutes in.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldName {
+    /// The budget, `namespace/name`.
+    pub budget: String,
+    /// The pod name it holds.
+    pub pod: String,
+    /// When the budget counts it again (the eviction's time plus [`DISRUPTED_NAME_HELD`]).
+    pub until: jiff::Timestamp,
+}
+
+/// The names held by the budgets that refuse `pod`'s eviction at `now`: entries of their
+/// `disruptedPods` younger than [`DISRUPTED_NAME_HELD`] for which `back(name)` says a pod of that
+/// name exists and is not being deleted.
+pub fn held_names<P: DisruptedPod + ?Sized>(
+    pod: &P,
+    budgets: &[Budget],
+    back: impl Fn(&str) -> bool,
+    now: jiff::Timestamp,
+) -> Vec<HeldName> {
+    let mut held: Vec<HeldName> = budgets
+        .iter()
+        .filter(|b| !b.allows() && b.selects(pod))
+        .flat_map(|b| {
+            b.disrupted_pods.iter().filter_map(|(name, at)| {
+                let until = at.checked_add(DISRUPTED_NAME_HELD).ok()?;
+                (until > now && back(name)).then(|| HeldName {
+                    budget: format!("{}/{}", b.namespace, b.name),
+                    pod: name.clone(),
+                    until,
+                })
+            })
+        })
+        .collect();
+    held.sort_by(|a, b| (a.until, &a.budget, &a.pod).cmp(&(b.until, &b.budget, &b.pod)));
+    held
+}
+
+/// What [`held_names`] found, said in one sentence for an event or a log line; `None` when none.
+pub fn held_names_note(held: &[HeldName]) -> Option<String> {
+    if held.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = held
+        .iter()
+        .map(|h| {
+            format!(
+                "PodDisruptionBudget {} counts pod {} as disrupted until {}",
+                h.budget,
+                h.pod,
+                h.until.strftime("%H:%M:%SZ")
+            )
+        })
+        .collect();
+    Some(format!(
+        "{}: the pod is back under the name of an evicted pod, and the disruption controller \
+         counts an evicted pod's name as disrupted for {} after the eviction; the eviction is \
+         retried as soon as the budget allows one",
+        each.join("; "),
+        humantime::format_duration(DISRUPTED_NAME_HELD),
+    ))
 }
 
 /// What the PodDisruptionBudgets selecting a pod say about evicting it now.
@@ -231,7 +318,83 @@ mod tests {
             }),
             disruptions_allowed: allowed,
             observed: true,
+            disrupted_pods: vec![],
         }
+    }
+
+    /// A refusing budget `web` that evicted `names` at the given seconds after 00:00:00Z.
+    fn held(allowed: i32, names: &[(&str, i64)]) -> Budget {
+        Budget {
+            disrupted_pods: names.iter().map(|(n, s)| (n.to_string(), at(*s))).collect(),
+            ..b("web", allowed)
+        }
+    }
+
+    fn at(seconds: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    /// One rule per row: which evicted names a refusing budget still counts as disrupted.
+    #[rstest]
+    #[case::a_name_back_is_held(vec![held(0, &[("s-2", 0)])], &["s-2"], 60, &[("ns/web", "s-2", 120)])]
+    #[case::held_two_minutes_only(vec![held(0, &[("s-2", 0)])], &["s-2"], 120, &[])]
+    #[case::a_name_not_back_is_not_held(vec![held(0, &[("s-2", 0)])], &[], 60, &[])]
+    #[case::a_budget_that_allows_holds_nothing(vec![held(1, &[("s-2", 0)])], &["s-2"], 60, &[])]
+    #[case::a_budget_not_selecting_the_pod(vec![Budget { name: "db".into(), ..held(0, &[("s-2", 0)]) }.with_app("db")], &["s-2"], 60, &[])]
+    #[case::oldest_first(vec![held(0, &[("s-1", 30), ("s-0", 10)])], &["s-0", "s-1"], 60, &[("ns/web", "s-0", 130), ("ns/web", "s-1", 150)])]
+    fn names_held_by_refusing_budgets(
+        #[case] budgets: Vec<Budget>,
+        #[case] back: &[&str],
+        #[case] now: i64,
+        #[case] expected: &[(&str, &str, i64)],
+    ) {
+        let found = held_names(
+            &pod("ns", &[("app", "web")]),
+            &budgets,
+            |name| back.contains(&name),
+            at(now),
+        );
+        let expected: Vec<HeldName> = expected
+            .iter()
+            .map(|(b, p, s)| HeldName {
+                budget: b.to_string(),
+                pod: p.to_string(),
+                until: at(*s),
+            })
+            .collect();
+        assert_eq!(found, expected);
+    }
+
+    impl Budget {
+        fn with_app(mut self, app: &str) -> Self {
+            self.selector = b(app, 0).selector;
+            self
+        }
+    }
+
+    #[test]
+    fn held_names_are_read_from_the_status_and_told() {
+        let v = json!({
+            "metadata": {"name": "s", "namespace": "ns", "generation": 1},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 0, "observedGeneration": 1,
+                "disruptedPods": {"s-2": "2027-01-15T08:00:00Z", "bad": 3}},
+        });
+        let budget = Budget::from_json("ns", "v1", &v);
+        assert_eq!(
+            budget.disrupted_pods,
+            vec![("s-2".to_string(), "2027-01-15T08:00:00Z".parse().unwrap())]
+        );
+        let now: jiff::Timestamp = "2027-01-15T08:00:30Z".parse().unwrap();
+        let held = held_names(&pod("ns", &[("app", "web")]), &[budget], |_| true, now);
+        assert_eq!(
+            held_names_note(&held).unwrap(),
+            "PodDisruptionBudget ns/s counts pod s-2 as disrupted until 08:02:00Z: the pod is back \
+             under the name of an evicted pod, and the disruption controller counts an evicted \
+             pod's name as disrupted for 2m after the eviction; the eviction is retried as soon as \
+             the budget allows one"
+        );
+        assert_eq!(held_names_note(&[]), None);
     }
 
     #[rstest]

@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 use super::CachedPod;
 use super::cache::subscribed;
 pub use crate::disruption::{
-    Allowance, Budget, DisruptedPod, allowance, blocking_budgets, budget_resource,
-    budget_version_in,
+    Allowance, Budget, DisruptedPod, HeldName, allowance, blocking_budgets, budget_resource,
+    budget_version_in, held_names, held_names_note,
 };
 
 impl DisruptedPod for CachedPod {
@@ -139,6 +139,20 @@ impl Budgets {
             Some(budgets) => allowance(pod, &budgets),
             None => Allowance::Unknown,
         }
+    }
+
+    /// The names the budgets refusing `pod` hold back at `now` ([`held_names`]); `back(name)`
+    /// says whether a pod of that name in the pod's namespace exists and is not being deleted.
+    /// Empty until the cache has its first list.
+    pub fn held_names(
+        &self,
+        pod: &CachedPod,
+        back: impl Fn(&str) -> bool,
+        now: jiff::Timestamp,
+    ) -> Vec<HeldName> {
+        self.in_namespace(pod.namespace())
+            .map(|budgets| held_names(pod, &budgets, back, now))
+            .unwrap_or_default()
     }
 
     /// The budgets that change from now on (created, modified, deleted: as last seen; after

@@ -11,7 +11,9 @@ mod pod;
 mod view;
 
 pub use authz::Authorizer;
-pub use budget::{Allowance, Budget, Budgets, allowance, blocking_budgets};
+pub use budget::{
+    Allowance, Budget, Budgets, HeldName, allowance, blocking_budgets, held_names_note,
+};
 pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, RegistrationView, prepare};
 pub(crate) use pod::pod_resource;

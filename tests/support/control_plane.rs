@@ -171,8 +171,25 @@ pub fn pause_endpoint_controllers() -> ControllersPaused {
     }
 }
 
-/// Endpoint controllers paused by [`pause_endpoint_controllers`]; SIGCONT when resumed or dropped,
-/// even while a panic unwinds.
+/// Pauses the kube-controller-manager of [`cluster_with_controller_manager`] (SIGSTOP) until the
+/// returned guard is resumed or dropped (SIGCONT): its controllers act on nothing meanwhile, and
+/// on everything that happened once resumed (its watches stay open; events wait in them).
+pub fn pause_controller_manager() -> ControllersPaused {
+    let pid = *CONTROLLER_MANAGER
+        .get()
+        .expect("cluster_with_controller_manager() started it");
+    assert!(
+        send_signal(pid, "STOP"),
+        "SIGSTOP to kube-controller-manager"
+    );
+    ControllersPaused {
+        pid,
+        resumed: false,
+    }
+}
+
+/// Controllers paused by [`pause_endpoint_controllers`] or [`pause_controller_manager`]; SIGCONT
+/// when resumed or dropped, even while a panic unwinds.
 #[must_use = "the controllers resume when the guard is dropped"]
 pub struct ControllersPaused {
     pid: u32,
@@ -183,10 +200,7 @@ impl ControllersPaused {
     /// Sends SIGCONT.
     pub fn resume(mut self) {
         self.resumed = true;
-        assert!(
-            send_signal(self.pid, "CONT"),
-            "SIGCONT to the endpoint controllers"
-        );
+        assert!(send_signal(self.pid, "CONT"), "SIGCONT to the controllers");
     }
 }
 
@@ -696,6 +710,12 @@ impl TestCluster {
     /// `/readyz` answers ok (panics after 60 s with its log). The watchdog stops the new process
     /// when the test binary exits.
     pub async fn restart_apiserver(&self) -> ApiserverRestart {
+        self.restart_apiserver_within(APISERVER_STOP_BOUND).await
+    }
+
+    /// [`TestCluster::restart_apiserver`], with SIGKILL after `kill_after` when SIGTERM has not
+    /// stopped it by then.
+    pub async fn restart_apiserver_within(&self, kill_after: Duration) -> ApiserverRestart {
         let (mut old, args) = {
             let mut p = self.processes.lock().expect("processes");
             let old = p.apiserver.take().expect("kube-apiserver is running");
@@ -709,7 +729,7 @@ impl TestCluster {
             if old.try_wait().expect("kube-apiserver status").is_some() {
                 break;
             }
-            if t.elapsed() >= APISERVER_STOP_BOUND {
+            if t.elapsed() >= kill_after {
                 let _ = old.kill();
                 let _ = old.wait();
                 killed = true;

@@ -18,16 +18,16 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info, info_span};
 
 use super::decide::EVENT_UNREGISTERED_INTERCEPTOR;
 use super::{
-    Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, Retention,
-    Surroundings, after_eviction, bridged_requester, decide_with, hold_imperative_selection,
-    retention, tell_selection_with_outcome,
+    Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome,
+    Retention, Surroundings, after_eviction, bridged_requester, decide_with,
+    hold_imperative_selection, retention, tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
-use crate::cluster::{Allowance, Caches};
+use crate::cluster::{Allowance, CachedPod, Caches, held_names_note};
 use crate::controller::eviction_api::EvictionApi;
 use crate::controller::own_writes::OwnWrites;
 use crate::drain::leaving::has_node_agent;
@@ -253,6 +253,7 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
             return Ok(Requeue::await_change());
         }
         let outcome = ctx.eviction.evict(&ctx.client, namespace, name, uid).await;
+        let outcome = explain_refusal(ctx, pod.as_deref(), outcome);
         if outcome == super::EvictionOutcome::Evicted {
             ctx.evicted_pods.record(&pod_key, pod_version.as_deref());
         }
@@ -279,6 +280,46 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         Some(d) => Requeue::requeue(d),
         None => Requeue::await_change(),
     })
+}
+
+/// A 429 from a PodDisruptionBudget that counts a pod back under an evicted pod's name as
+/// disrupted: the outcome's message (the request's `EvictionFailed` event) says which budget,
+/// which name and until when, and so does a log line — the Eviction API's own message names
+/// neither, and the wait lasts up to two minutes per evicted sibling (the StatefulSet straggler
+/// of issue 45). Any other outcome is returned as it is.
+fn explain_refusal(
+    ctx: &Context,
+    pod: Option<&CachedPod>,
+    outcome: EvictionOutcome,
+) -> EvictionOutcome {
+    let (
+        EvictionOutcome::Failed {
+            status_code: 429,
+            message,
+            retry_after,
+        },
+        Some(pod),
+    ) = (&outcome, pod)
+    else {
+        return outcome;
+    };
+    let ns = pod.namespace();
+    let back = |name: &str| {
+        ctx.caches
+            .pods
+            .get(Some(ns), name)
+            .is_some_and(|p| !p.is_terminating())
+    };
+    let held = ctx.caches.budgets.held_names(pod, back, Timestamp::now());
+    let Some(note) = held_names_note(&held) else {
+        return outcome;
+    };
+    info!(pod = %pod.name(), %note, "eviction refused: a budget holds an evicted pod's name");
+    EvictionOutcome::Failed {
+        status_code: 429,
+        message: format!("{message} ({note})"),
+        retry_after: *retry_after,
+    }
 }
 
 /// Deletes an ended request whose retention has passed (precondition: the same object).

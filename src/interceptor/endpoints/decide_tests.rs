@@ -121,6 +121,7 @@ fn budget(name: &str, app: &str, allowed: i32, observed: bool) -> Budget {
         }),
         disruptions_allowed: allowed,
         observed,
+        disrupted_pods: vec![],
     }
 }
 
