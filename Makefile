@@ -7,7 +7,7 @@ WEBHOOK_ADDR ?= 127.0.0.1:8443
 PROBE_ADDR ?= 127.0.0.1:8080
 CERT_DIR ?= certs
 
-.PHONY: run test build envtest tools promtool crds docs reference mdbook lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos soak
+.PHONY: soak-broken run test build envtest tools promtool crds docs reference mdbook lint unit bench clean-certs image image-check e2e plugin plugin-screen fuzz chaos soak
 
 # `make image`: the image reference and where the archives go.
 IMAGE_REPOSITORY ?= ghcr.io/evictord/evictord
@@ -174,3 +174,27 @@ soak:
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
 	export SOAK_OLD_BUILD="$$(tests/tools/soak-old-build.sh $(SOAK_OLD_COMMIT))"; \
 	$(CARGO) test --locked --test soak -- --ignored --nocapture
+
+## make soak-broken SOAK_BREAK=<name>: the soak run against a deliberately broken build — this
+## commit built with tests/soak-broken/<name>.patch by tests/tools/soak-old-build.sh (cached) and
+## run as "this build" (EVICTORD_BIN) — which must FAIL with its seed; the target fails when the
+## soak passes it or fails for another reason. skip-restore: the Deployment settler never gives a
+## surge back (caught at the end of a round: a surge record left behind); early-go: a surged pod is
+## let go before its replacement is available (caught only mid-run: the Deployment is back to its
+## replicas seconds later). SOAK_FAULTS defaults to 8 here.
+SOAK_BREAK ?= early-go
+soak-broken:
+	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
+	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
+	export SOAK_OLD_BUILD="$$(tests/tools/soak-old-build.sh $(SOAK_OLD_COMMIT))"; \
+	export EVICTORD_BIN="$$(tests/tools/soak-old-build.sh HEAD tests/soak-broken/$(SOAK_BREAK).patch)/evictord"; \
+	export SOAK_FAULTS="$${SOAK_FAULTS:-8}"; set -o pipefail; \
+	out="$$(mktemp)"; trap 'rm -f "$$out"' EXIT; \
+	if $(CARGO) test --locked --test soak -- --ignored --nocapture 2>&1 | tee "$$out"; then \
+	  echo "make soak-broken: the soak PASSED the broken build $(SOAK_BREAK): it does not catch it"; exit 1; \
+	fi; \
+	if ! grep -q "SOAK FAILED, seed" "$$out"; then \
+	  echo "make soak-broken: the soak failed, but not with a violation and its seed"; exit 1; \
+	fi; \
+	echo "make soak-broken: the soak caught the broken build $(SOAK_BREAK):"; \
+	grep -A3 "^violations:" "$$out" | head -8

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use support::pool::schedule::Timing;
 use support::pool::workloads::{self, Variant};
 use support::pool::{Pool, Spec};
+use support::soak::agents::{NodeAgents, STATIC_POD};
 use support::soak::checker::{self, Checker, Inputs, evictord_identity};
 use support::soak::replicas::{Replicas, Started};
 use support::soak::schedule::{Fault, plan};
@@ -64,11 +65,12 @@ fn every_schedule_downgrades_then_upgrades_back_and_holds_every_process_fault() 
     let kinds = |f: &Fault| match f {
         Fault::KillLeader { .. } => 0,
         Fault::KillStandby { .. } => 1,
-        Fault::RestartApiserver => 2,
+        Fault::RestartApiserver { .. } => 2,
         Fault::PauseEtcd { .. } => 3,
         Fault::Downgrade | Fault::Upgrade => 4,
+        Fault::KillNodeAgent { .. } => 5,
     };
-    let mut seen = [0usize; 5];
+    let mut seen = [0usize; 6];
     for p in plan(7, 32, (6, 12), 1) {
         seen[kinds(&p.fault)] += 1;
     }
@@ -377,6 +379,16 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         "pool settled: {} pods; MaintenanceBudget {ns} (maxUnavailable {BUDGET}) over {maintained:?}",
         pool.pod_count()
     ));
+    // A node agent, a static pod and its played kubelet on each maintained node: every round's
+    // maintenances hold the manifests, and the schedule kills the agents.
+    let static_ns = c.namespace("soak-static").await;
+    let agents = NodeAgents::start(c, &client, &maintained, &static_ns)
+        .await
+        .expect("the node agents");
+    let agents = Arc::new(tokio::sync::Mutex::new(agents));
+    timeline.note(format!(
+        "node agents ready on {maintained:?}, static pod {STATIC_POD} in namespace {static_ns}"
+    ));
 
     let history = replicas.history.clone();
     let checker = Checker::start(Inputs {
@@ -398,6 +410,7 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         old.clone(),
         timeline.clone(),
         stop.clone(),
+        agents.clone(),
     ));
 
     let mut rounds = Vec::new();
@@ -449,6 +462,7 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         left = leftovers(&client, &pool)
             .await
             .unwrap_or_else(|e| vec![e.to_string()]);
+        left.extend(agents.lock().await.leftovers());
         if left.is_empty() {
             break;
         }
@@ -476,22 +490,29 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
             .filter(|p| want(&p.fault))
             .count()
     };
+    let (agents_killed, mirror_pods) = {
+        let a = agents.lock().await;
+        (a.killed, a.mirror_pods_started())
+    };
     let figures = format!(
         "seed {seed}: {injected} faults injected in {:.0} s (leader killed {}, standby killed {}, \
-         kube-apiserver restarted {}, etcd paused {}, downgrades {}, upgrades {}); {} rounds, {} \
-         pods drained, kubectl drain run {} times for {} rounds; {} samples, {} Eviction API \
+         kube-apiserver restarted {}, etcd paused {}, node agent killed {}, downgrades {}, \
+         upgrades {}); {} rounds, {} pods drained, static pod mirrors started {} on {} nodes, kubectl drain run {} times for {} rounds; {} samples, {} Eviction API \
          calls ({} answered 2xx to evictord, {} to others), {} of evictord's checked against \
          the leadership, {:.1} replica-seconds lost under the goal; {} replicas started; \
          violations {}",
         started.elapsed().as_secs_f64(),
         by_kind(|f| matches!(f, Fault::KillLeader { .. })),
         by_kind(|f| matches!(f, Fault::KillStandby { .. })),
-        by_kind(|f| matches!(f, Fault::RestartApiserver)),
+        by_kind(|f| matches!(f, Fault::RestartApiserver { .. })),
         by_kind(|f| matches!(f, Fault::PauseEtcd { .. })),
+        agents_killed,
         by_kind(|f| matches!(f, Fault::Downgrade)),
         by_kind(|f| matches!(f, Fault::Upgrade)),
         rounds.len(),
         pods_drained,
+        mirror_pods,
+        maintained.len(),
         kubectl_runs,
         rounds.len(),
         counts.samples,
@@ -509,6 +530,9 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
     }
     if rounds.is_empty() {
         failures.push("no round finished".into());
+    }
+    if mirror_pods <= maintained.len() {
+        failures.push("no static pod manifest was held and put back".into());
     }
     let violated = violations
         .iter()

@@ -36,6 +36,28 @@ impl Agent {
 
     /// With the credentials of `kubeconfig`.
     pub fn start_as(c: &TestCluster, node: &str, dir: &Path, kubeconfig: &Path) -> Agent {
+        Agent::start_with(
+            c,
+            node,
+            dir,
+            kubeconfig,
+            &[
+                "--check-interval=1s",
+                "--interceptor-deadline=6s",
+                "--min-heartbeat-interval=1s",
+            ],
+        )
+    }
+
+    /// With the credentials of `kubeconfig` and the flags `args` (besides the node, the
+    /// directory and the probe address).
+    pub fn start_with(
+        c: &TestCluster,
+        node: &str,
+        dir: &Path,
+        kubeconfig: &Path,
+        args: &[&str],
+    ) -> Agent {
         let probe_port = free_port();
         let log = c.dir.join(format!("node-agent-{node}-{probe_port}.log"));
         let child = Command::new(super::evictord::BIN)
@@ -44,11 +66,7 @@ impl Agent {
             .arg(format!("--node-name={node}"))
             .arg(format!("--static-pod-path={}", dir.display()))
             .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
-            .args([
-                "--check-interval=1s",
-                "--interceptor-deadline=6s",
-                "--min-heartbeat-interval=1s",
-            ])
+            .args(args)
             .env("POD_NAME", format!("agent-{node}"))
             .env(
                 "RUST_LOG",

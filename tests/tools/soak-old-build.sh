@@ -3,7 +3,11 @@
 # (`make soak`, tests/soak.rs: evictord replaced by that build mid-drain and back) and prints
 # the directory that holds them (`evictord`, `crds/`).
 #
-# Usage: tests/tools/soak-old-build.sh <commit>
+# Usage: tests/tools/soak-old-build.sh <commit> [<patch>]
+#
+# With a patch (e.g. tests/soak-broken/skip-restore.patch), the commit is built with the patch
+# applied (`git apply`; the build fails when it does not apply): a deliberately broken build
+# for `make soak-broken`, cached under <commit>-<the patch's sha256, 12 digits>.
 #
 # The commit is checked out in a temporary `git worktree` (removed on exit, even on failure),
 # built once (debug, `--locked`) with a target directory of its own, and the binary and the
@@ -20,7 +24,13 @@ log() { echo "soak-old-build: $*" >&2; }
 commit_arg="${1:?usage: soak-old-build.sh <commit>}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 commit="$(git -C "${repo}" rev-parse --verify "${commit_arg}^{commit}")"
-cache="${EVICTORD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/evictord}/soak/${commit}"
+patch="${2:-}"
+key="${commit}"
+if [[ -n "${patch}" ]]; then
+  patch="$(cd "$(dirname "${patch}")" && pwd)/$(basename "${patch}")"
+  key="${commit}-$(sha256sum "${patch}" | cut -c1-12)"
+fi
+cache="${EVICTORD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/evictord}/soak/${key}"
 bound="${SOAK_OLD_BUILD_BOUND:-1800}"
 
 if [[ -x "${cache}/evictord" && -d "${cache}/crds" ]] && "${cache}/evictord" --version >/dev/null 2>&1; then
@@ -39,6 +49,10 @@ trap cleanup EXIT
 
 log "building evictord at ${commit} (once; cached in ${cache})"
 git -C "${repo}" worktree add --detach "${work}/tree" "${commit}" >&2
+if [[ -n "${patch}" ]]; then
+  log "applying $(basename "${patch}")"
+  git -C "${work}/tree" apply "${patch}"
+fi
 (
   cd "${work}/tree"
   CARGO_TARGET_DIR="${cache}/target" timeout "${bound}" "${CARGO:-cargo}" build --locked --bin evictord >&2

@@ -6,6 +6,7 @@
 //! whole time. This module holds the pieces between them: the fault timeline, the faults'
 //! effects, the drain rounds and the end's leftovers check.
 
+pub mod agents;
 pub mod checker;
 pub mod replicas;
 pub mod schedule;
@@ -182,6 +183,7 @@ pub async fn inject(
     old: Option<Arc<OldBuild>>,
     timeline: Timeline,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    agents: Arc<tokio::sync::Mutex<agents::NodeAgents>>,
 ) -> anyhow::Result<usize> {
     let mut injected = 0;
     for (i, p) in plan.iter().enumerate() {
@@ -226,14 +228,14 @@ pub async fn inject(
                     r.live.last().map(|x| x.identity.as_str()).unwrap_or("?")
                 ));
             }
-            Fault::RestartApiserver => {
+            Fault::RestartApiserver { kill_after } => {
                 timeline.note(format!("fault {n}: {}", p.fault));
                 let audit_from = c
                     .request_audit
                     .as_ref()
                     .and_then(|a| std::fs::metadata(a).ok())
                     .map_or(0, |m| m.len());
-                let restart = c.restart_apiserver().await;
+                let restart = c.restart_apiserver_within(kill_after).await;
                 timeline.note(format!(
                     "fault {n}: kube-apiserver answering again ({:.1} s without an answer{})",
                     restart
@@ -260,6 +262,18 @@ pub async fn inject(
                         "fault {n}: kube-controller-manager not watching again within {KCM_RECOVERY_BOUND:?}"
                     ),
                 });
+            }
+            Fault::KillNodeAgent {
+                pick,
+                restart_after,
+            } => {
+                let mut a = agents.lock().await;
+                let node = a.node(pick);
+                a.kill(pick);
+                timeline.note(format!("fault {n}: {} (node {node})", p.fault));
+                tokio::time::sleep(restart_after).await;
+                a.restart(pick).await?;
+                timeline.note(format!("fault {n}: node agent of {node} started and ready"));
             }
             Fault::PauseEtcd { for_ } => {
                 timeline.note(format!("fault {n}: {}", p.fault));

@@ -36,10 +36,18 @@ pub enum Fault {
     KillLeader { restart_after: Duration },
     /// A replica not holding the lease SIGKILLed; a new one started `restart_after` later.
     KillStandby { restart_after: Duration },
-    /// kube-apiserver stopped (SIGTERM) and started again: every watch connection is cut.
-    RestartApiserver,
+    /// kube-apiserver stopped (SIGTERM; SIGKILL after `kill_after` if it still runs: it holds
+    /// its watches open up to a minute) and started again: every watch connection is cut. A
+    /// short `kill_after` is a crash, a long one a graceful restart with its long silence.
+    RestartApiserver { kill_after: Duration },
     /// etcd stopped (SIGSTOP) for this long, then resumed (SIGCONT).
     PauseEtcd { for_: Duration },
+    /// The node agent of a maintained node (`pick` modulo their number) SIGKILLed, a new one
+    /// started `restart_after` later, as its DaemonSet would.
+    KillNodeAgent {
+        pick: usize,
+        restart_after: Duration,
+    },
     /// A rolling replacement of both replicas by the build of the earlier commit, its CRDs
     /// applied first (a downgrade).
     Downgrade,
@@ -56,8 +64,18 @@ impl fmt::Display for Fault {
             Fault::KillStandby { restart_after } => {
                 write!(f, "standby SIGKILLed, restarted after {restart_after:?}")
             }
-            Fault::RestartApiserver => write!(f, "kube-apiserver restarted (watches cut)"),
+            Fault::RestartApiserver { kill_after } => write!(
+                f,
+                "kube-apiserver restarted (watches cut; SIGKILL after {kill_after:?})"
+            ),
             Fault::PauseEtcd { for_ } => write!(f, "etcd paused for {for_:?}"),
+            Fault::KillNodeAgent {
+                pick,
+                restart_after,
+            } => write!(
+                f,
+                "node agent #{pick} SIGKILLed, restarted after {restart_after:?}"
+            ),
             Fault::Downgrade => write!(f, "evictord rolled to the earlier build (downgrade)"),
             Fault::Upgrade => write!(f, "evictord rolled back to this build (upgrade)"),
         }
@@ -79,14 +97,20 @@ pub fn plan(seed: u64, count: usize, gap: (u64, u64), swaps: usize) -> Vec<Plann
     let mut rng = SplitMix64::new(seed);
     let count = count.max(4);
     let mut faults: Vec<Fault> = (0..count)
-        .map(|_| match rng.between(0, 9) {
+        .map(|_| match rng.between(0, 10) {
             0..=2 => Fault::KillLeader {
                 restart_after: Duration::from_secs(rng.between(1, 6)),
             },
             3..=4 => Fault::KillStandby {
                 restart_after: Duration::from_secs(rng.between(1, 6)),
             },
-            5..=6 => Fault::RestartApiserver,
+            5..=6 => Fault::RestartApiserver {
+                kill_after: Duration::from_secs(rng.between(1, 30)),
+            },
+            10 => Fault::KillNodeAgent {
+                pick: rng.between(0, 99) as usize,
+                restart_after: Duration::from_secs(rng.between(1, 6)),
+            },
             _ => Fault::PauseEtcd {
                 for_: Duration::from_secs(rng.between(2, 6)),
             },
