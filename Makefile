@@ -177,16 +177,16 @@ soak:
 
 ## make soak-broken SOAK_BREAK=<name>: the soak run against a deliberately broken build — this
 ## commit built with tests/soak-broken/<name>.patch by tests/tools/soak-old-build.sh (cached) and
-## run as "this build" (EVICTORD_BIN) — which must FAIL with its seed; the target fails when the
-## soak passes it or fails for another reason. skip-restore: the Deployment settler never gives a
-## surge back (caught at the end of a round: a surge record left behind); early-go: a surged pod is
-## let go before its replacement is available (caught only mid-run: the Deployment is back to its
-## replicas seconds later). SOAK_FAULTS defaults to 8 here.
-SOAK_BREAK ?= early-go
+## run as "this build" (EVICTORD_BIN), with no downgrade (the broken build runs throughout) — which
+## must FAIL with its seed; the target fails when the soak passes it or fails for another reason.
+## skip-restore: the Deployment settler never gives a surge back (seen at the end of a round: a
+## surge record left behind); evict-deletes: evictord deletes a pod where it should call the
+## Eviction API, so no PodDisruptionBudget holds it back (seen only mid-run: a budget's floor
+## broken while its workload's pods come back). SOAK_FAULTS defaults to 8 here.
+SOAK_BREAK ?= evict-deletes
 soak-broken:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
-	export SOAK_OLD_BUILD="$$(tests/tools/soak-old-build.sh $(SOAK_OLD_COMMIT))"; \
 	export EVICTORD_BIN="$$(tests/tools/soak-old-build.sh HEAD tests/soak-broken/$(SOAK_BREAK).patch)/evictord"; \
 	export SOAK_FAULTS="$${SOAK_FAULTS:-8}"; set -o pipefail; \
 	out="$$(mktemp)"; trap 'rm -f "$$out"' EXIT; \
