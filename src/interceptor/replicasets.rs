@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -93,6 +94,27 @@ impl ReplicaSets {
         let usable = listed && !self.denied.load(Ordering::Acquire);
         usable.then(|| self.store.get(&ObjectRef::new(name).within(namespace)))
     }
+}
+
+/// The owner references of ReplicaSet `namespace/name`: from `cache` when it holds it, else
+/// read live with `client` (the cache absent, not listed yet, refused, or without it); `None`
+/// when the ReplicaSet is gone.
+pub async fn owners_of(
+    cache: Option<&ReplicaSets>,
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Vec<OwnerReference>>, kube::Error> {
+    if let Some(rs) = cache.and_then(|c| c.get(namespace, name)).flatten() {
+        return Ok(Some(
+            rs.metadata.owner_references.clone().unwrap_or_default(),
+        ));
+    }
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    Ok(sets
+        .get_opt(name)
+        .await?
+        .map(|rs| rs.metadata.owner_references.unwrap_or_default()))
 }
 
 /// What the cache keeps of a ReplicaSet: its name, namespace and owner references.

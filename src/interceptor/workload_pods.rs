@@ -220,7 +220,7 @@ impl WorkloadPods {
 
 /// The server-side part of `selector`: its `matchLabels` (`None` when it has none; its
 /// `matchExpressions` are applied by the reader).
-fn match_labels(selector: &LabelSelector) -> Option<String> {
+pub fn match_labels(selector: &LabelSelector) -> Option<String> {
     let labels = selector
         .match_labels
         .iter()

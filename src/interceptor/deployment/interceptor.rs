@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -35,7 +35,7 @@ use super::{Error, NAME, SURGE_ANNOTATION};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::{Autoscalers, scaling};
 use crate::interceptor::deployments::DeploymentKey;
-use crate::interceptor::replicasets::ReplicaSets;
+use crate::interceptor::replicasets::{ReplicaSets, owners_of};
 use crate::interceptor::workload_pods::WorkloadPods;
 use crate::interceptor::{BoxError, Interceptor, Progress, Waiters};
 use crate::metrics::{ResultLabel, metrics};
@@ -201,26 +201,18 @@ impl DeploymentInterceptor {
                 owner.kind, owner.name
             )));
         }
-        let cached = self
-            .caches
-            .as_ref()
-            .and_then(|c| c.replicasets.get(ns, &owner.name))
-            .flatten();
-        let owners = match cached {
-            Some(rs) => rs.metadata.owner_references.clone(),
-            None => {
-                let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
-                let rs = sets
-                    .get_opt(&owner.name)
-                    .await
-                    .map_err(|e| Error::Read(format!("ReplicaSet {}", owner.name), e))?;
-                let Some(rs) = rs else {
-                    return Ok(Err(format!("ReplicaSet {} is gone", owner.name)));
-                };
-                rs.metadata.owner_references
-            }
+        let owners = owners_of(
+            self.caches.as_ref().map(|c| &c.replicasets),
+            &self.client,
+            ns,
+            &owner.name,
+        )
+        .await
+        .map_err(|e| Error::Read(format!("ReplicaSet {}", owner.name), e))?;
+        let Some(owners) = owners else {
+            return Ok(Err(format!("ReplicaSet {} is gone", owner.name)));
         };
-        match controller_of(owners.as_ref()) {
+        match controller_of(Some(&owners)) {
             Some(o) if o.kind == "Deployment" => Ok(Ok(o.name.clone())),
             _ => Ok(Err(format!(
                 "ReplicaSet {} of pod {pod_name} is not owned by a Deployment",

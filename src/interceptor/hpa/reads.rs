@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -30,8 +30,8 @@ use super::target::{Workload, controller_chain, controller_of};
 use super::workload::WorkloadFacts;
 use crate::interceptor::deployment::decide::PodReadiness;
 use crate::interceptor::deployments::DeploymentKey;
-use crate::interceptor::replicasets::ReplicaSets;
-use crate::interceptor::workload_pods::WorkloadPods;
+use crate::interceptor::replicasets::{ReplicaSets, owners_of};
+use crate::interceptor::workload_pods::{WorkloadPods, match_labels};
 use crate::selector::label_selector_matches;
 
 /// The watch caches the reads use.
@@ -94,21 +94,14 @@ impl Reads {
         let owner = controller_of(pod.metadata.owner_references.as_ref());
         let above = match owner.map(Workload::owner) {
             Some(w) if w.is_replicaset() => {
-                let cached = self
-                    .caches
-                    .as_ref()
-                    .and_then(|c| c.replicasets.get(ns, &w.name))
-                    .flatten();
-                let owners = match cached {
-                    Some(rs) => rs.metadata.owner_references.clone(),
-                    None => {
-                        let sets: Api<ReplicaSet> = Api::namespaced(self.client.clone(), ns);
-                        sets.get_opt(&w.name)
-                            .await
-                            .map_err(|e| Error::Read(format!("ReplicaSet {}", w.name), e))?
-                            .and_then(|rs| rs.metadata.owner_references)
-                    }
-                };
+                let owners = owners_of(
+                    self.caches.as_ref().map(|c| &c.replicasets),
+                    &self.client,
+                    ns,
+                    &w.name,
+                )
+                .await
+                .map_err(|e| Error::Read(format!("ReplicaSet {}", w.name), e))?;
                 controller_of(owners.as_ref()).cloned()
             }
             _ => None,
@@ -258,13 +251,7 @@ impl Reads {
                 let what = format!("pods of Deployment {}", key.1);
                 let Some(c) = &self.caches else {
                     // Not without caches ([`Reads::watches`]); a LIST all the same.
-                    let labels = selector
-                        .match_labels
-                        .iter()
-                        .flatten()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(",");
+                    let labels = match_labels(selector).unwrap_or_default();
                     let items = list(labels, what).await?;
                     return Ok(items
                         .iter()
