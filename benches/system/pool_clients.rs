@@ -45,6 +45,9 @@ pub const CLIENTS: [(&str, &str); 8] = [
     ("other", "any other user agent"),
 ];
 
+/// The kinds of evictord's requests a mode's details name, most frequent first.
+const MOST_FREQUENT: usize = 15;
+
 /// evictord's components, in the report's order.
 const COMPONENTS: [&str; 5] = [
     "webhook",
@@ -127,6 +130,18 @@ impl ClientFigures {
     pub fn idle_evictord_per_second(&self) -> Option<f64> {
         let (idle, seconds) = (self.idle.as_ref()?, self.idle_seconds?);
         (seconds > 0.0).then(|| idle.of("evictord") as f64 / seconds)
+    }
+
+    /// evictord's [`MOST_FREQUENT`] most frequent kinds of request, `component verb resource answer n`.
+    fn most_frequent(counts: &ClientCounts) -> String {
+        let mut kinds: Vec<(&String, &usize)> = counts.evictord_by_request.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        kinds
+            .iter()
+            .take(MOST_FREQUENT)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// evictord's requests per component, `name n`.
@@ -223,6 +238,12 @@ pub fn details(m: &ModeResult) -> String {
             "; evictord {:.1} per evicted pod, {x:.1} per intercepted pod ({} intercepted)",
             f.per_evicted(w.of("evictord")),
             f.intercepted_pods.unwrap_or(0)
+        );
+    }
+    if !w.evictord_by_request.is_empty() {
+        o += &format!(
+            "; evictord's most frequent requests (component verb resource answer: count): {}",
+            ClientFigures::most_frequent(w)
         );
     }
     if !w.other_user_agents.is_empty() {

@@ -361,6 +361,9 @@ pub struct ClientCounts {
     pub by_client: BTreeMap<String, usize>,
     /// evictord's requests by [`evictord_component`].
     pub evictord_by_component: BTreeMap<String, usize>,
+    /// evictord's requests by component, verb, resource and answer (`controller patch
+    /// evictionrequests/status 200`): where its bill goes.
+    pub evictord_by_request: BTreeMap<String, usize>,
     /// The user agents counted as `other`, with their requests (what to name next).
     pub other_user_agents: BTreeMap<String, usize>,
 }
@@ -392,6 +395,10 @@ pub fn count_by_client(
             *counts
                 .evictord_by_component
                 .entry(component.to_string())
+                .or_default() += 1;
+            *counts
+                .evictord_by_request
+                .entry(format!("{component} {} {} {}", r.verb, r.resource, r.code))
                 .or_default() += 1;
         }
         if client == "other" {
