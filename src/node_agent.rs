@@ -143,6 +143,7 @@ pub async fn run(args: NodeAgentArgs) -> anyhow::Result<()> {
         min_heartbeat_interval: args.min_heartbeat_interval,
         default_deadline: args.interceptor_deadline,
         poll_interval: POLL,
+        ..Settings::default()
     };
     let token = shutdown.clone();
     let runner = tokio::spawn(

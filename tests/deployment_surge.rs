@@ -122,6 +122,7 @@ async fn the_sdk_example_interceptor_completes_its_turn() {
         min_heartbeat_interval: Duration::from_secs(1),
         default_deadline: Duration::from_secs(40),
         poll_interval: Duration::from_secs(1),
+        ..Settings::default()
     };
     let interceptor = surge_log::LogInterceptor {
         work: Duration::from_secs(3),
@@ -188,6 +189,7 @@ async fn a_wake_looks_at_the_request_before_its_poll() {
         min_heartbeat_interval: hour,
         default_deadline: 10 * hour,
         poll_interval: hour,
+        ..Settings::default()
     };
     let open = Arc::new(AtomicBool::new(false));
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();

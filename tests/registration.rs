@@ -215,6 +215,7 @@ async fn runner_registers_and_a_stopped_runner_keeps_the_deadline() {
         min_heartbeat_interval: Duration::from_secs(1),
         default_deadline: Duration::from_secs(600),
         poll_interval: Duration::from_secs(1),
+        ..Settings::default()
     };
     let runner_client = client_as(&sa_user(RUNNER_SA)).await;
     let runner = Runner::new(runner_client, settings)

@@ -175,6 +175,17 @@ async fn start(
     // One watch cache of pods for every interceptor's runner and the settlers: the pods of the
     // nodes the requests' pods run on (`PodCache`).
     let pods = crate::interceptor::PodCache::new(interceptors.clone());
+    // Where a pod runs, from the controllers' cluster cache of pods: a first look at a pod
+    // reads it from its node's watch, not with a GET.
+    let cluster_pods = caches.clone();
+    pods.set_node_hint(Arc::new(move |ns: &str, name: &str| {
+        cluster_pods
+            .pods
+            .get(Some(ns), name)?
+            .spec
+            .node_name
+            .clone()
+    }));
     // One watch of Deployments for the Deployment interceptor's settler and both interceptors'
     // wakes, started once they have subscribed.
     let deployments = (args.deployment_interceptor || args.hpa_interceptor)

@@ -76,9 +76,10 @@ pub mod registration;
 mod runner;
 mod waiters;
 
-pub use pods::PodCache;
+pub use pods::{NodeHint, PodCache};
 pub use progress::{
-    EntryPatch, Progress, Settings, heartbeat_due, next_wakeup, next_write, whole_seconds,
+    EntryPatch, Progress, Settings, heartbeat_due, held_until, next_wakeup, next_write,
+    whole_seconds,
 };
 pub use runner::{BoxError, Error, Interceptor, Runner};
 pub use waiters::Waiters;

@@ -13,10 +13,12 @@
 //! A cache can only be behind the cluster. A pod it holds with the request's UID is served from
 //! it; a pod it does not hold (a node not watched yet or not listed yet, a pod not scheduled, a
 //! pod the cache lost: deleted, or recreated under the same name) is read live, and that read
-//! starts the watch of its node. A reader that must not act on a stale absence confirms it live
+//! starts the watch of its node — once the watches still listing have listed (at most
+//! [`LISTING_WAIT`]), so that the other pods of a node drained at once come from its list. A reader that must not act on a stale absence confirms it live
 //! the same way: the cache never says "gone" without kube-apiserver saying so. It remembers the
-//! UIDs kube-apiserver said are gone (a UID never comes back), so that asking again for a pod
-//! known to be gone (a settler does, until the last pod of its surge leaves) costs nothing.
+//! UIDs kube-apiserver said are gone (a UID never comes back) — a live read's 404, or a node
+//! watch's delete event — so that asking again for a pod known to be gone (a settler does, until
+//! the last pod of its surge leaves) costs nothing.
 //!
 //! A service account that may not list and watch pods gets a 403 for the watch: the cache stops
 //! that watch and drops what it held (a store whose watch ended would only get staler), says so
@@ -39,6 +41,9 @@ use tracing::{debug, info, warn};
 
 /// How long a node's watch lives without a read using it.
 pub const IDLE: Duration = Duration::from_secs(120);
+/// How long a read of a pod the cache lacks waits for the watches still listing before it reads
+/// the pod live.
+pub const LISTING_WAIT: Duration = Duration::from_secs(2);
 /// How many gone UIDs are remembered before those older than [`IDLE`] are forgotten.
 const GONE_KEPT: usize = 4096;
 /// How long after kube-apiserver refused (403) a list or watch the watch is tried again: a
@@ -73,7 +78,9 @@ struct Inner {
     /// The UIDs kube-apiserver said are gone (a UID is never reused), with when: a pod
     /// confirmed gone is not read again, however often a reader asks (a settler asks for every
     /// covered pod until the last one leaves).
-    gone: Mutex<HashMap<String, Instant>>,
+    /// Also filled by the watches' delete events: a watch's `DELETED` is kube-apiserver saying
+    /// so too.
+    gone: Arc<Mutex<HashMap<String, Instant>>>,
     /// Every read is live, for good ([`PodCache::live_only`]).
     live_only: bool,
     /// When kube-apiserver last refused (403) a watch: no watch starts before
@@ -83,7 +90,12 @@ struct Inner {
     recheck: Duration,
     /// Stops every watch when the last clone goes.
     stop: CancellationToken,
+    /// Where a pod runs, when the process knows ([`PodCache::set_node_hint`]).
+    node_hint: std::sync::OnceLock<NodeHint>,
 }
+
+/// Where pod `(namespace, name)` runs, from another cache of the process (`None`: not known).
+pub type NodeHint = Arc<dyn Fn(&str, &str) -> Option<String> + Send + Sync>;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -140,11 +152,12 @@ impl PodCache {
                 client,
                 namespace,
                 nodes: Mutex::default(),
-                gone: Mutex::default(),
+                gone: Arc::default(),
                 live_only,
                 refused_at: Arc::default(),
                 recheck,
                 stop: CancellationToken::new(),
+                node_hint: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -192,6 +205,30 @@ impl PodCache {
         if self.gone().contains_key(uid) {
             return Ok((None, Source::Cache));
         }
+        // Where the process's other cache says the pod runs: watch that node and read the pod
+        // from its list (a drain's first look at each of a node's pods costs no GET).
+        let hinted = self
+            .inner
+            .node_hint
+            .get()
+            .and_then(|hint| hint(ns, name))
+            .filter(|_| self.watches_allowed(Instant::now()));
+        if let Some(node) = hinted {
+            self.watch_node(&node);
+            self.await_listing_of(Some(&node)).await;
+            if let Some(pod) = self.cached(ns, name, uid) {
+                return Ok((Some(pod), Source::Cache));
+            }
+        }
+        // A watch still listing its node may be about to hold the pod: a drain asks for the
+        // pods of a node all at once, and the first read's GET starts the node's watch, whose
+        // list is usually in within a fraction of a second — the other pods of that node wait
+        // for it instead of a GET each.
+        if self.await_listing_of(None).await
+            && let Some(pod) = self.cached(ns, name, uid)
+        {
+            return Ok((Some(pod), Source::Cache));
+        }
         let pod = Api::<Pod>::namespaced(self.inner.client.clone(), ns)
             .get_opt(name)
             .await?;
@@ -203,12 +240,7 @@ impl PodCache {
         }
         let pod = pod.filter(|p| p.metadata.uid.as_deref() == Some(uid));
         if pod.is_none() {
-            let mut gone = self.gone();
-            let now = Instant::now();
-            if gone.len() >= GONE_KEPT {
-                gone.retain(|_, at| now.duration_since(*at) < IDLE);
-            }
-            gone.insert(uid.to_string(), now);
+            remember_gone(&self.inner.gone, uid);
         }
         Ok((pod, Source::Live))
     }
@@ -241,6 +273,35 @@ impl PodCache {
             w.used = now;
             (pod.metadata.uid.as_deref() == Some(uid)).then(|| (*pod).clone())
         })
+    }
+
+    /// Tells the cache where a pod runs, from another cache the process keeps: `(namespace,
+    /// name) → node`. A read of a pod the cache lacks then starts the watch of that node and
+    /// reads the pod from its list instead of reading it live (evictord gives its own cluster
+    /// cache of pods). A hint can be wrong (a pod recreated elsewhere under the name): the read
+    /// is live then, as without one. The first hint set stays.
+    pub fn set_node_hint(&self, hint: NodeHint) {
+        let _ = self.inner.node_hint.set(hint);
+    }
+
+    /// Waits, at most [`LISTING_WAIT`], until the watches still listing (of `node` only, or of
+    /// every node) have listed; whether there was one.
+    async fn await_listing_of(&self, node: Option<&str>) -> bool {
+        let listing: Vec<Store<Pod>> = self
+            .nodes()
+            .iter()
+            .filter(|(n, _)| node.is_none_or(|node| node == n.as_str()))
+            .map(|(_, w)| w)
+            .filter(|w| !w.stop.is_cancelled())
+            .filter(|w| !matches!(w.store.wait_until_ready().now_or_never(), Some(Ok(()))))
+            .map(|w| w.store.clone())
+            .collect();
+        if listing.is_empty() {
+            return false;
+        }
+        let all = futures::future::join_all(listing.iter().map(|s| s.wait_until_ready()));
+        let _ = tokio::time::timeout(LISTING_WAIT, all).await;
+        true
     }
 
     /// How many nodes' pods are watched.
@@ -278,6 +339,7 @@ impl PodCache {
             stop.clone(),
             self.inner.refused_at.clone(),
             self.inner.recheck,
+            self.inner.gone.clone(),
         ));
         debug!(node, "watching the pods of node");
         nodes.insert(
@@ -291,6 +353,17 @@ impl PodCache {
     }
 }
 
+/// Remembers that kube-apiserver said pod `uid` is gone (a live read's 404, or a watch's delete
+/// event), forgetting those older than [`IDLE`] once [`GONE_KEPT`] are held.
+fn remember_gone(gone: &Mutex<HashMap<String, Instant>>, uid: &str) {
+    let mut gone = gone.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if gone.len() >= GONE_KEPT {
+        gone.retain(|_, at| now.duration_since(*at) < IDLE);
+    }
+    gone.insert(uid.to_string(), now);
+}
+
 /// Polls one node's watch until `stop`; a 403 ends it (its store is dropped at the next read)
 /// and turns the cache to live reads until [`REFUSAL_RECHECK`] has passed.
 async fn drive(
@@ -299,6 +372,7 @@ async fn drive(
     stop: CancellationToken,
     refused_at: Arc<Mutex<Option<Instant>>>,
     recheck: Duration,
+    gone: Arc<Mutex<HashMap<String, Instant>>>,
 ) {
     futures::pin_mut!(stream);
     loop {
@@ -308,6 +382,13 @@ async fn drive(
         };
         match item {
             Some(Ok(watcher::Event::InitDone)) => debug!(node, "pod watch synced"),
+            // The pod is gone: a reader that must not act on a mere absence from the store
+            // (a settler giving a surge back) need not ask kube-apiserver again.
+            Some(Ok(watcher::Event::Delete(pod))) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    remember_gone(&gone, uid);
+                }
+            }
             Some(Ok(_)) => {}
             Some(Err(e)) if is_forbidden(&e) => {
                 // Once per refusal, not once per node's watch.

@@ -55,6 +55,10 @@ pub struct Settings {
     pub default_deadline: Duration,
     /// How often an active request is looked at again while the interceptor is in progress.
     pub poll_interval: Duration,
+    /// The least time between two writes of an in-progress message ([`held_until`]): a state
+    /// that lasts less is never written, only the one that follows it. The first write (the
+    /// start), a completion and a due heartbeat are never held.
+    pub min_progress_interval: Duration,
 }
 
 impl Default for Settings {
@@ -63,6 +67,7 @@ impl Default for Settings {
             min_heartbeat_interval: Duration::from_secs(60),
             default_deadline: Duration::from_secs(1200),
             poll_interval: Duration::from_secs(5),
+            min_progress_interval: Duration::from_secs(5),
         }
     }
 }
@@ -167,6 +172,45 @@ pub fn next_write(
     (new != *old).then_some(EntryPatch { index, entry: new })
 }
 
+/// Until when the write [`next_write`] proposes may wait, or `None` to write it now: a change of
+/// an in-progress message (or expected finish) within [`Settings::min_progress_interval`] of the
+/// runner's last write of the request (`last_write`, `None` when it wrote none it remembers)
+/// waits for the interval's end. An interceptor's states often follow each other within a
+/// second (waiting for room, for the controller to observe, surged): written one by one they
+/// cost the request a status write (and a webhook call) each, where the one that lasts tells
+/// the reader as much. Never held: the first write (`startTime`, which the controller's
+/// deadline waits for), a completion (the hand-off to the next interceptor), a new expected
+/// finish time (when the interceptor expects to be done: an observer waits on it) and a
+/// heartbeat that falls due.
+pub fn held_until(
+    request: &EvictionRequest,
+    name: &str,
+    progress: &Progress,
+    now: Timestamp,
+    last_write: Option<Timestamp>,
+    settings: &Settings,
+) -> Option<Timestamp> {
+    let Progress::InProgress {
+        expected_finish, ..
+    } = progress
+    else {
+        return None;
+    };
+    let entry = request.status.as_ref()?.interceptor(name)?;
+    entry.start_time.as_ref()?;
+    let announced = expected_finish
+        .filter(|t| *t >= whole_seconds(now))
+        .map(|t| Time(whole_seconds(t)));
+    if announced.is_some() && announced != entry.expected_finish_time {
+        return None;
+    }
+    if heartbeat_due(request, entry, settings).is_none_or(|due| now >= due) {
+        return None;
+    }
+    let until = add(last_write?, settings.min_progress_interval);
+    (now < until).then_some(until)
+}
+
 /// How long until the runner should look at the request again: the next heartbeat, or the poll
 /// interval, whichever comes first (at least one second, so a clock step cannot spin).
 pub fn next_wakeup(
@@ -207,6 +251,7 @@ mod tests {
             min_heartbeat_interval: Duration::from_secs(60),
             default_deadline: Duration::from_secs(1200),
             poll_interval: Duration::from_secs(5),
+            min_progress_interval: Duration::from_secs(5),
         }
     }
 
@@ -284,6 +329,41 @@ mod tests {
         });
         let expected = expected.map(|(a, b, c, m)| (a, b, c, m.to_string()));
         assert_eq!(got, expected);
+    }
+
+    /// One row per rule of [`held_until`]: (entry start, heartbeat), progress, seconds since the
+    /// runner's last write (`None`: none remembered), now → held until (seconds) or written now.
+    #[rstest]
+    // A new message 2 s after the last write waits until 5 s after it.
+    #[case::quick_change_waits(Some(0), Some(0), Progress::in_progress("n"), Some(8), 10, Some(13))]
+    // Once the interval has passed it is written.
+    #[case::interval_passed(Some(0), Some(0), Progress::in_progress("n"), Some(5), 10, None)]
+    // No write remembered (a restarted runner, a request first seen): written.
+    #[case::no_write_remembered(Some(0), Some(0), Progress::in_progress("n"), None, 10, None)]
+    // The first write starts the interceptor's turn: never held.
+    #[case::first_write(None, None, Progress::in_progress("n"), Some(9), 10, None)]
+    // A completion hands the request on: never held.
+    #[case::completion(Some(0), Some(0), Progress::complete("ok"), Some(9), 10, None)]
+    // A new expected finish time is told at once; the same one again is held like a message.
+    #[case::new_expected_finish(Some(0), Some(0), Progress::InProgress { message: "n".into(), expected_finish: Some(t(40)) }, Some(8), 10, None)]
+    #[case::same_expected_finish(Some(0), Some(0), Progress::InProgress { message: "n".into(), expected_finish: Some(t(30)) }, Some(8), 10, Some(13))]
+    // A heartbeat that falls due (deadline/3 = 400 s) is never held.
+    #[case::heartbeat_due(Some(0), Some(0), Progress::in_progress("n"), Some(398), 400, None)]
+    fn held_until_rows(
+        #[case] start: Option<i64>,
+        #[case] heartbeat: Option<i64>,
+        #[case] progress: Progress,
+        #[case] last_write: Option<i64>,
+        #[case] now: i64,
+        #[case] held: Option<i64>,
+    ) {
+        let mut e = entry(start, heartbeat, Some("m"));
+        e.expected_finish_time = Some(Time(t(30)));
+        let r = request(e);
+        assert_eq!(
+            held_until(&r, NAME, &progress, t(now), last_write.map(t), &settings()),
+            held.map(t)
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
@@ -17,7 +18,7 @@ use serde_json::json;
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::pods::PodCache;
-use crate::progress::{EntryPatch, Progress, Settings, next_wakeup, next_write};
+use crate::progress::{EntryPatch, Progress, Settings, held_until, next_wakeup, next_write};
 use crate::registration::{DEFAULT_RENEWAL, keep_registered};
 use evictord_api::{EvictionRequest, ServiceAccountReference};
 
@@ -100,49 +101,92 @@ struct Context<I> {
     echoes: Echoes,
 }
 
-/// The versions of requests the runner wrote itself, so that the watch's echo of its own status
-/// write wakes no look: the look that wrote already knows that version and scheduled its next
-/// look from it. Any other version (another writer, a version the watch skipped to) is looked
-/// at as before.
+/// The runner's own writes of requests, remembered per request:
+/// - the watch's echo of a write wakes no look ([`Echoes::is_echo`]): the look that wrote already
+///   knows that version and scheduled its next look from it. Any other version (another writer,
+///   a version the watch skipped to) is looked at as before;
+/// - a look woken before the echo has reached the watch cache (a wake of the interceptor's own,
+///   the poll) reads the version written instead of the cache's older one
+///   ([`Echoes::latest`]): from the older one it would propose the same write again, and fail
+///   its resourceVersion test;
+/// - when the runner last wrote it ([`Echoes::last_write`]), for [`held_until`].
 #[derive(Clone, Default)]
 struct Echoes {
-    written: Arc<std::sync::Mutex<std::collections::HashMap<ObjectRef<EvictionRequest>, String>>>,
+    written: Arc<std::sync::Mutex<std::collections::HashMap<ObjectRef<EvictionRequest>, Written>>>,
 }
 
-/// How many written versions are remembered before they are all forgotten (an echo that never
-/// comes: a request deleted, a watch that listed again past it).
+/// The runner's last write of one request.
+struct Written {
+    /// The version the write was made from (its resourceVersion test).
+    from: Option<String>,
+    /// The version kube-apiserver answered with.
+    request: Arc<EvictionRequest>,
+    /// When.
+    at: Timestamp,
+    /// Whether the watch has delivered it.
+    echoed: bool,
+}
+
+/// How many requests' writes are remembered before they are all forgotten (requests deleted,
+/// echoes that never come: a watch that listed again past them).
 const ECHOES_KEPT: usize = 4096;
 
 impl Echoes {
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectRef<EvictionRequest>, String>>
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<ObjectRef<EvictionRequest>, Written>>
     {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The runner wrote `request` (the version kube-apiserver answered with).
-    fn wrote(&self, request: &EvictionRequest) {
+    /// The runner wrote `request` (the version kube-apiserver answered with) over version
+    /// `from` at `at`.
+    fn wrote(&self, from: &EvictionRequest, request: &EvictionRequest, at: Timestamp) {
         let mut written = self.lock();
         if written.len() >= ECHOES_KEPT {
             written.clear();
         }
-        if let Some(version) = request.resource_version() {
-            written.insert(ObjectRef::from_obj(request), version);
+        written.insert(
+            ObjectRef::from_obj(request),
+            Written {
+                from: from.resource_version(),
+                request: Arc::new(request.clone()),
+                at,
+                echoed: false,
+            },
+        );
+    }
+
+    /// Whether `request` is the echo of the runner's own last write of it (once only).
+    fn is_echo(&self, request: &EvictionRequest) -> bool {
+        let mut written = self.lock();
+        let Some(w) = written.get_mut(&ObjectRef::from_obj(request)) else {
+            return false;
+        };
+        let echo = !w.echoed
+            && request.resource_version().is_some()
+            && request.resource_version() == w.request.resource_version();
+        if echo {
+            w.echoed = true;
+        }
+        echo
+    }
+
+    /// `request`, or the version the runner wrote over it when `request` is the version that
+    /// write replaced (a cache behind the runner's own write).
+    fn latest(&self, request: Arc<EvictionRequest>) -> Arc<EvictionRequest> {
+        let written = self.lock();
+        match written.get(&ObjectRef::from_obj(request.as_ref())) {
+            Some(w) if w.from.is_some() && w.from == request.resource_version() => {
+                w.request.clone()
+            }
+            _ => request,
         }
     }
 
-    /// Whether `request` is the echo of the runner's own last write of it (forgotten then).
-    fn is_echo(&self, request: &EvictionRequest) -> bool {
-        let key = ObjectRef::from_obj(request);
-        let mut written = self.lock();
-        let echo = written
-            .get(&key)
-            .is_some_and(|v| request.resource_version().as_ref() == Some(v));
-        if echo {
-            written.remove(&key);
-        }
-        echo
+    /// When the runner last wrote `request` (any version of it), if it remembers.
+    fn last_write(&self, request: &EvictionRequest) -> Option<Timestamp> {
+        self.lock().get(&ObjectRef::from_obj(request)).map(|w| w.at)
     }
 }
 
@@ -315,6 +359,7 @@ async fn reconcile_inner<I: Interceptor>(
     ctx: &Context<I>,
 ) -> Result<Action, Error> {
     let name = ctx.interceptor.name();
+    let req = ctx.echoes.latest(req);
     let status = req.status.clone().unwrap_or_default();
     if status.is_terminal() || !status.active_interceptors.iter().any(|a| a == name) {
         return Ok(Action::await_change());
@@ -343,19 +388,37 @@ async fn reconcile_inner<I: Interceptor>(
         .await
         .map_err(|e| Error::Progress(name.to_string(), e))?;
     let mut current = (*req).clone();
-    if let Some(patch) = next_write(&req, name, &progress, Timestamp::now(), &ctx.settings) {
-        current = write_entry(&ctx.client, &req, name, &patch).await?;
-        ctx.echoes.wrote(&current);
+    let now = Timestamp::now();
+    let mut held = None;
+    if let Some(patch) = next_write(&req, name, &progress, now, &ctx.settings) {
+        held = held_until(
+            &req,
+            name,
+            &progress,
+            now,
+            ctx.echoes.last_write(&req),
+            &ctx.settings,
+        );
+        if held.is_none() {
+            debug!(
+                message = patch.entry.message.as_deref().unwrap_or_default(),
+                complete = patch.entry.completion_time.is_some(),
+                "writing the interceptor's status"
+            );
+            current = write_entry(&ctx.client, &req, name, &patch).await?;
+            ctx.echoes.wrote(&req, &current, now);
+        }
     }
     if matches!(progress, Progress::Complete { .. }) {
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(next_wakeup(
-        &current,
-        name,
-        Timestamp::now(),
-        &ctx.settings,
-    )))
+    let mut wakeup = next_wakeup(&current, name, Timestamp::now(), &ctx.settings);
+    if let Some(until) = held {
+        // The held change is written at the interval's end, if it still holds then.
+        let left = Duration::try_from(until.duration_since(Timestamp::now())).unwrap_or_default();
+        wakeup = wakeup.min(left.max(Duration::from_millis(100)));
+    }
+    Ok(Action::requeue(wakeup))
 }
 
 /// One JSON patch of the status subresource: it fails (422) unless the request is still the
@@ -397,14 +460,45 @@ mod tests {
         r
     }
 
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
     #[test]
     fn only_the_echo_of_the_own_write_is_one() {
         let e = Echoes::default();
         assert!(!e.is_echo(&version("a", "1")), "nothing written");
-        e.wrote(&version("a", "5"));
+        e.wrote(&version("a", "4"), &version("a", "5"), at(0));
         assert!(!e.is_echo(&version("a", "4")), "an older version");
         assert!(!e.is_echo(&version("b", "5")), "another request");
         assert!(e.is_echo(&version("a", "5")));
         assert!(!e.is_echo(&version("a", "5")), "an echo is one-shot");
+    }
+
+    /// One row per case of [`Echoes::latest`]: the cache's version of request `a` after the
+    /// runner wrote version 5 over version 4 → the version a look reads.
+    #[rstest::rstest]
+    #[case::cache_behind_the_write("a", "4", "5")]
+    #[case::the_echo_itself("a", "5", "5")]
+    #[case::someone_wrote_after("a", "6", "6")]
+    #[case::another_request("b", "4", "4")]
+    fn a_look_reads_at_least_its_own_write(
+        #[case] name: &str,
+        #[case] cached: &str,
+        #[case] read: &str,
+    ) {
+        let e = Echoes::default();
+        e.wrote(&version("a", "4"), &version("a", "5"), at(0));
+        let got = e.latest(Arc::new(version(name, cached)));
+        assert_eq!(got.resource_version().as_deref(), Some(read));
+    }
+
+    #[test]
+    fn the_last_write_is_remembered_per_request() {
+        let e = Echoes::default();
+        assert_eq!(e.last_write(&version("a", "1")), None);
+        e.wrote(&version("a", "4"), &version("a", "5"), at(3));
+        assert_eq!(e.last_write(&version("a", "9")), Some(at(3)));
+        assert_eq!(e.last_write(&version("b", "5")), None);
     }
 }
