@@ -127,6 +127,7 @@ async fn start(
             eviction: Default::default(),
             own_writes: Default::default(),
             evicted_pods: Default::default(),
+            told_evicted: Default::default(),
         });
         info!("starting the eviction request controller");
         tasks.push(tokio::spawn(eviction_request::reconciler::run(

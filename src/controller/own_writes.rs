@@ -72,6 +72,36 @@ impl OwnWrites {
     }
 }
 
+/// A set of keys a controller remembers for a while (the requests whose eviction it told).
+#[derive(Debug, Default)]
+pub struct Told {
+    keys: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Told {
+    /// Remembers `key`.
+    pub fn insert(&self, key: &str) {
+        if key.is_empty() {
+            return;
+        }
+        self.lock().insert(key.to_string());
+    }
+
+    /// Whether `key` is remembered.
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().contains(key)
+    }
+
+    /// Forgets the keys `keep` says are gone.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|k| keep(k));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rstest::rstest;

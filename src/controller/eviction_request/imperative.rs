@@ -71,6 +71,17 @@ pub fn tell_selection_with_outcome(followup: &mut Decision, selection: EventSpec
     }
 }
 
+/// The `Evicted` event of a decision that concludes `Evicted=True` (step 2: the pod is gone or
+/// terminated), dropped when this controller's own eviction of the pod (`told`) was already
+/// told as `Evicted`: the second event would say again what the first said, and cost every
+/// evicted pod one more request. A pod that went any other way (deleted by someone, evicted by
+/// another replica before a leader change) is still told.
+pub fn drop_told_evicted(d: &mut Decision, told: bool) {
+    if told {
+        d.events.retain(|e| e.reason != CONDITION_EVICTED);
+    }
+}
+
 /// Step 8: when the imperative interceptor is active, wait for a terminating pod, refuse
 /// DaemonSet and mirror pods, or evict the pod once the backoff allows it.
 pub(crate) fn act_as_imperative(d: &mut Draft<'_>, pod: &CachedPod) {

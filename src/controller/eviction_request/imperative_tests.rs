@@ -253,3 +253,22 @@ fn a_held_selection_is_told_alone_when_the_outcome_tells_nothing() {
     tell_selection_with_outcome(&mut followup, selection.clone());
     assert_eq!(followup.events, vec![selection]);
 }
+
+/// The pod gone after the imperative interceptor's eviction: the conclusion's `Evicted` event is
+/// dropped when this controller told that eviction already, kept otherwise; the status
+/// (`Evicted=True`) is written either way.
+#[rstest]
+#[case::told_by_this_controller(true, &[])]
+#[case::gone_some_other_way(false, &["Evicted"])]
+fn a_told_eviction_is_not_told_again(#[case] told: bool, #[case] events: &[&str]) {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .build();
+    let mut d = decide(&r, None, t(110), &DecideSettings::default());
+    drop_told_evicted(&mut d, told);
+    let reasons: Vec<&str> = d.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, events);
+    assert!(d.status.unwrap().is_true(crate::api::CONDITION_EVICTED));
+}

@@ -41,5 +41,7 @@ pub use decide::{
 pub use decision::{
     Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
 };
-pub use imperative::{after_eviction, hold_imperative_selection, tell_selection_with_outcome};
+pub use imperative::{
+    after_eviction, drop_told_evicted, hold_imperative_selection, tell_selection_with_outcome,
+};
 pub use retention::{Retention, retention};

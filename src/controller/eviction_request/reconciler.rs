@@ -23,13 +23,13 @@ use tracing::{Instrument, debug, info, info_span};
 use super::decide::EVENT_UNREGISTERED_INTERCEPTOR;
 use super::{
     Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome,
-    Retention, Surroundings, after_eviction, bridged_requester, decide_with,
+    Retention, Surroundings, after_eviction, bridged_requester, decide_with, drop_told_evicted,
     hold_imperative_selection, retention, tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::{Allowance, CachedPod, Caches, held_names_note};
 use crate::controller::eviction_api::EvictionApi;
-use crate::controller::own_writes::OwnWrites;
+use crate::controller::own_writes::{OwnWrites, Told};
 use crate::drain::leaving::has_node_agent;
 use crate::metrics::{
     ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, SourceLabel,
@@ -77,6 +77,9 @@ pub struct Context {
     /// watch event of the request's own status write often comes first) would decide on the
     /// old pod and call the Eviction API a second time, for a pod already gone.
     pub evicted_pods: OwnWrites,
+    /// Requests (by UID) whose pod this controller evicted and told `Evicted` about: the pod's
+    /// going does not tell it again ([`drop_told_evicted`]).
+    pub told_evicted: Told,
 }
 
 /// How long a reconcile that found the cache behind its own write waits at most: the watch
@@ -230,6 +233,8 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         };
         decide_with(&req, pod.as_deref(), &surroundings, now, &ctx.settings)
     };
+    let request_uid = req.metadata.uid.clone().unwrap_or_default();
+    drop_told_evicted(&mut decision, ctx.told_evicted.contains(&request_uid));
     // Told with the call's outcome: one event per pass (and one write fewer per eviction).
     let selection = hold_imperative_selection(&mut decision);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
@@ -269,6 +274,9 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
             .imperative_evictions
             .get_or_create(&ResultLabel { result })
             .inc();
+        if outcome == super::EvictionOutcome::Evicted {
+            ctx.told_evicted.insert(&request_uid);
+        }
         let mut followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
         if let Some(selection) = selection {
             tell_selection_with_outcome(&mut followup, selection);
@@ -513,6 +521,13 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
             key.split_once('/')
                 .is_some_and(|(ns, name)| caches.eviction_requests.get(Some(ns), name).is_some())
         });
+        let uids: std::collections::HashSet<String> = caches
+            .eviction_requests
+            .all()
+            .iter()
+            .filter_map(|r| r.metadata.uid.clone())
+            .collect();
+        ctx.told_evicted.retain(|uid| uids.contains(uid));
         ctx.evicted_pods.retain(|key| {
             key.split_once('/')
                 .is_some_and(|(ns, name)| caches.pods.get(Some(ns), name).is_some())
