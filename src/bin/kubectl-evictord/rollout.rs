@@ -45,7 +45,8 @@ use crate::show::print_object;
 const TICK: Duration = Duration::from_secs(5);
 /// After a change wakes the driver, how long it waits for the changes that come with it.
 const SETTLE: Duration = Duration::from_millis(100);
-/// The least time between two looks that a change wakes (a step's end is looked at at once).
+/// The least time between two looks that a change wakes (a step's end, and a change that turns a
+/// phase, are looked at at once).
 const MIN_GAP: Duration = Duration::from_secs(1);
 /// How long evictord may take to report on the rollout's budget.
 const OBSERVE_WITHIN: Duration = Duration::from_secs(60);
@@ -414,9 +415,15 @@ async fn drive(
                 _ = &mut tick => break,
                 _ = watches.changed() => {
                     // Let the writes that come together (a status and its node's cordon) land,
-                    // and look at most once a second while the changes keep coming.
+                    // and look at most once a second while the changes keep coming — at once
+                    // when one turned a phase (a node drained: its step waits for this look).
                     let now = tokio::time::Instant::now();
-                    tokio::time::sleep_until((now + SETTLE).max(looked + MIN_GAP)).await;
+                    let until = if watches.take_turn() {
+                        now + SETTLE
+                    } else {
+                        (now + SETTLE).max(looked + MIN_GAP)
+                    };
+                    tokio::time::sleep_until(until).await;
                     break;
                 }
             }

@@ -10,7 +10,8 @@
 //! asked before anything is written (a SelfSubjectAccessReview, as `kubectl auth can-i` asks), and
 //! watched for after, the rollout stops and names the permission.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -27,6 +28,7 @@ use tokio::task::JoinHandle;
 
 use evictord::api::NodeMaintenance;
 use evictord::plugin::rollout::naming::label_selector;
+use evictord::plugin::rollout::phase::{maintenance_turn, node_turn};
 use evictord::plugin::{Error, Result};
 use evictord_interceptor::pods::is_forbidden;
 
@@ -40,6 +42,8 @@ pub struct Watches {
     /// Notified on each change of a rolled node or of one of the rollout's maintenances, and
     /// when the nodes' watch is refused.
     wake: Arc<Notify>,
+    /// Set when a change turned a phase ([`Watches::take_turn`]).
+    urgent: Arc<AtomicBool>,
     /// Why kube-apiserver refused the nodes' watch, once it did.
     refused: Arc<Mutex<Option<String>>>,
     tasks: Vec<JoinHandle<()>>,
@@ -67,13 +71,21 @@ impl Watches {
             .reflect(writer)
             .applied_objects();
         let node_wake = wake.clone();
+        let urgent = Arc::new(AtomicBool::new(false));
+        let node_urgent = urgent.clone();
         let refused: Arc<Mutex<Option<String>>> = Arc::default();
         let refusal = refused.clone();
         let node_task = tokio::spawn(async move {
+            let mut turns = Turns::default();
             futures::pin_mut!(node_stream);
             while let Some(event) = node_stream.next().await {
                 match event {
-                    Ok(node) if rolled.contains(&node.name_any()) => node_wake.notify_one(),
+                    Ok(node) if rolled.contains(&node.name_any()) => {
+                        if turns.turned(node.name_any(), node_turn(&node)) {
+                            node_urgent.store(true, Ordering::Release);
+                        }
+                        node_wake.notify_one();
+                    }
                     Ok(_) => {}
                     Err(e) if is_forbidden(&e) => {
                         let mut r = refusal.lock().unwrap_or_else(|e| e.into_inner());
@@ -90,10 +102,16 @@ impl Watches {
         let config = watcher::Config::default().labels(&label_selector(rollout));
         let nm_stream = watcher(maintenances, config).default_backoff();
         let nm_wake = wake.clone();
+        let nm_urgent = urgent.clone();
         let nm_task = tokio::spawn(async move {
+            let mut turns = Turns::default();
+            let nm_stream = nm_stream.touched_objects();
             futures::pin_mut!(nm_stream);
             while let Some(event) = nm_stream.next().await {
-                if event.is_ok() {
+                if let Ok(nm) = event {
+                    if turns.turned(nm.name_any(), maintenance_turn(&nm)) {
+                        nm_urgent.store(true, Ordering::Release);
+                    }
                     nm_wake.notify_one();
                 }
             }
@@ -101,6 +119,7 @@ impl Watches {
         let watches = Self {
             nodes,
             wake,
+            urgent,
             refused,
             tasks: vec![node_task, nm_task],
         };
@@ -147,6 +166,24 @@ impl Watches {
     /// Resolves at the next change (or at once if one came since the last call).
     pub async fn changed(&self) {
         self.wake.notified().await;
+    }
+
+    /// Whether a change since the last call turned a phase (a maintenance admitted, drained or
+    /// completed; a node Ready again, rebooted, cordoned or uncordoned): looked at at once,
+    /// where a drain's progress is looked at at most once a second.
+    pub fn take_turn(&self) -> bool {
+        self.urgent.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// The last turn key seen per object ([`maintenance_turn`], [`node_turn`]).
+#[derive(Default)]
+struct Turns(HashMap<String, String>);
+
+impl Turns {
+    /// Records `key` for `name`; whether it differs from the one seen before (or is the first).
+    fn turned(&mut self, name: String, key: String) -> bool {
+        self.0.insert(name, key.clone()).as_ref() != Some(&key)
     }
 }
 
