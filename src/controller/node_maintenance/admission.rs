@@ -20,7 +20,9 @@ use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::admitted::{admitted_condition, admitted_status, queued_condition};
+use super::admitted::{
+    admitted_condition, admitted_status, queued_condition, with_waiting_messages,
+};
 use super::gather::admission_input;
 use super::writes::{self, Error};
 use crate::api::{MaintenanceBudget, NodeMaintenance};
@@ -134,6 +136,7 @@ async fn pass(ctx: &Context, term: &CancellationToken) -> Result<Option<Timestam
             previous.as_ref() != Some(&(condition.status.clone(), condition.reason.clone()));
         let message = condition.message.clone();
         status.conditions = crate::api::with_condition(&status.conditions, condition);
+        with_waiting_messages(&mut status, &queued.waiting, &message);
         match writes::write_status(&ctx.client, nm, &status).await {
             Ok(_) if changed_reason => {
                 publish(ctx, nm, "Queued", message, false).await;
