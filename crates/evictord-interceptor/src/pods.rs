@@ -14,8 +14,9 @@
 //! it; a pod it does not hold (a node not watched yet or not listed yet, a pod not scheduled, a
 //! pod the cache lost: deleted, or recreated under the same name) is read live, and that read
 //! starts the watch of its node — once the watches still listing have listed (at most
-//! [`LISTING_WAIT`]), so that the other pods of a node drained at once come from its list. A reader that must not act on a stale absence confirms it live
-//! the same way: the cache never says "gone" without kube-apiserver saying so. It remembers the
+//! [`LISTING_WAIT`]), so that the other pods of a node drained at once come from its list. A
+//! reader that must not act on a stale absence confirms it live the same way: the cache never
+//! says "gone" without kube-apiserver saying so. It remembers the
 //! UIDs kube-apiserver said are gone (a UID never comes back) — a live read's 404, or a node
 //! watch's delete event — so that asking again for a pod known to be gone (a settler does, until
 //! the last pod of its surge leaves) costs nothing.
