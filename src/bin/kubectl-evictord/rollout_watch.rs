@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 
 use evictord::api::NodeMaintenance;
 use evictord::plugin::rollout::naming::label_selector;
-use evictord::plugin::rollout::phase::{maintenance_turn, node_turn};
+use evictord::plugin::rollout::turn::{maintenance_turn, node_turn};
 use evictord::plugin::{Error, Result};
 use evictord_interceptor::pods::is_forbidden;
 

@@ -19,3 +19,4 @@ pub mod phase;
 pub mod record;
 pub mod step;
 pub mod summary;
+pub mod turn;

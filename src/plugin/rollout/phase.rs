@@ -101,51 +101,12 @@ fn condition<'a>(nm: &'a NodeMaintenance, type_: &str) -> Option<&'a str> {
         .map(|c| c.message.as_str())
 }
 
-fn boot_id(node: &Node) -> Option<&str> {
+pub(super) fn boot_id(node: &Node) -> Option<&str> {
     node.status
         .as_ref()?
         .node_info
         .as_ref()
         .map(|i| i.boot_id.as_str())
-}
-
-/// What of a rollout's maintenance its phase turns on — its stage, deletion, admission and
-/// conditions (`Admitted`, `Drained`) — as one comparable key: a change of it (a node drained, a
-/// maintenance admitted) is looked at at once, any other change (a drain's counts and
-/// messages) at most once a second.
-pub fn maintenance_turn(nm: &NodeMaintenance) -> String {
-    let status = nm.status.as_ref();
-    let conditions: Vec<String> = status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .map(|c| format!("{}={}", c.type_, c.status))
-        .collect();
-    let admitted: Vec<&str> = status
-        .and_then(|s| s.admission.as_ref())
-        .iter()
-        .flat_map(|a| &a.nodes)
-        .map(|n| n.name.as_str())
-        .collect();
-    let released = nm.admitted().released();
-    format!(
-        "{:?} deleting={} admitted={admitted:?} released={released} {conditions:?}",
-        nm.spec.stage(),
-        is_deleting(nm),
-    )
-}
-
-/// What of a rolled node its phase turns on — Ready, schedulable, `bootID` — as one key
-/// ([`maintenance_turn`]).
-pub fn node_turn(node: &Node) -> String {
-    format!(
-        "ready={} unschedulable={} boot={:?}",
-        is_ready(node),
-        node.spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false),
-        boot_id(node)
-    )
 }
 
 /// The phase of one node. `alive(host, pid)` says whether a process of this host runs (for a
@@ -316,7 +277,7 @@ fn plural(n: i32) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::api::{
         AdmittedNode, NodeMaintenanceAdmission, NodeMaintenanceNodeStatus, NodeMaintenanceStatus,
@@ -333,7 +294,7 @@ mod tests {
     }
 
     /// Node `n1`: Ready or not, on boot `boot`, cordoned by a maintenance or not.
-    pub(super) fn node(ready: bool, boot: &str, held: bool) -> Node {
+    pub(in crate::plugin::rollout) fn node(ready: bool, boot: &str, held: bool) -> Node {
         let mut n = Node::default();
         n.metadata.name = Some("n1".into());
         n.status = Some(NodeStatus {
@@ -367,7 +328,7 @@ mod tests {
     }
 
     #[derive(Clone, Copy, Debug)]
-    pub(super) enum M {
+    pub(in crate::plugin::rollout) enum M {
         Queued,
         Draining,
         Drained,
@@ -376,7 +337,7 @@ mod tests {
         Deleting,
     }
 
-    pub(super) fn maintenance(m: M) -> NodeMaintenance {
+    pub(in crate::plugin::rollout) fn maintenance(m: M) -> NodeMaintenance {
         let mut nm = maintenance_of("up", "n1", None);
         let admission = NodeMaintenanceAdmission {
             nodes: vec![AdmittedNode {
@@ -622,55 +583,5 @@ mod tests {
                 .text(false, Some(t(300)))
                 .contains("drain deadline exceeded 1 m ago: reported, nothing forced"),
         );
-    }
-}
-
-#[cfg(test)]
-mod turn_tests {
-    use k8s_openapi::api::core::v1::NodeSpec;
-    use rstest::rstest;
-
-    use super::tests::{M, maintenance, node};
-    use super::*;
-
-    /// A maintenance's turn changes with what its phase turns on, not with a drain's progress.
-    #[rstest]
-    #[case::queued_to_admitted(M::Queued, M::Draining, true)]
-    #[case::drained(M::Draining, M::Drained, true)]
-    #[case::completed(M::Drained, M::Complete, true)]
-    #[case::released(M::Complete, M::Released, true)]
-    #[case::deleting(M::Drained, M::Deleting, true)]
-    #[case::same(M::Draining, M::Draining, false)]
-    fn a_maintenance_turns_on_its_phase(#[case] from: M, #[case] to: M, #[case] turned: bool) {
-        assert_eq!(
-            maintenance_turn(&maintenance(from)) != maintenance_turn(&maintenance(to)),
-            turned
-        );
-    }
-
-    #[test]
-    fn a_drains_progress_is_no_turn() {
-        let before = maintenance(M::Draining);
-        let mut after = before.clone();
-        let s = &mut after.status.as_mut().unwrap().node_statuses[0];
-        s.pods_evacuating = 0;
-        s.pods_pending_evacuation = 0;
-        s.drain_message = "Evacuating: 1 pod left".into();
-        assert_eq!(maintenance_turn(&before), maintenance_turn(&after));
-    }
-
-    /// A node's turn: Ready, schedulable, boot.
-    #[rstest]
-    #[case::not_ready(node(false, "boot-1", false), true)]
-    #[case::rebooted(node(true, "boot-2", false), true)]
-    #[case::cordoned({
-        let mut n = node(true, "boot-1", false);
-        n.spec = Some(NodeSpec { unschedulable: Some(true), ..Default::default() });
-        n
-    }, true)]
-    #[case::annotated_only(node(true, "boot-1", true), false)]
-    fn a_node_turns_on_its_readiness_cordon_and_boot(#[case] after: Node, #[case] turned: bool) {
-        let before = node(true, "boot-1", false);
-        assert_eq!(node_turn(&before) != node_turn(&after), turned);
     }
 }
