@@ -324,10 +324,11 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
     println!("--- second run ---\n{out2}");
     assert_eq!(code, 0, "{out2}");
 
-    // The plugin watches the nodes instead of listing them all each time it looks (it did: as
-    // many lists of every node as looks). The other tests of this binary run plugins at the same
-    // time, under the same user agent: every rollout's looks (its LIST of its maintenances) are
-    // counted against every list of all nodes.
+    // The plugin reads its maintenances, its budget and the nodes from watches instead of
+    // listing and getting them each time it looks (it did: as many lists of its maintenances and
+    // gets of its budget as looks, and before that as many lists of every node). The other tests
+    // of this binary run plugins at the same time, under the same user agent: the maintenances'
+    // and the budget's reads are those of roll-a (by name), the nodes' those of every rollout.
     let requests = plugin_requests(c, began, ended);
     let count = |verb: &str, resource: &str, query: &str| {
         requests
@@ -335,11 +336,11 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
             .filter(|r| r.verb == verb && r.resource == resource && r.uri.contains(query))
             .count()
     };
-    let looks = count(
-        "list",
-        "nodemaintenances",
-        "labelSelector=evictord.dev%2Frollout",
-    );
+    let mine = "labelSelector=evictord.dev%2Frollout%3Droll-a";
+    let maintenance_lists = count("list", "nodemaintenances", mine);
+    let maintenance_watches = count("watch", "nodemaintenances", mine);
+    let budget_gets = count("get", "maintenancebudgets", "/maintenancebudgets/roll-a");
+    let budget_watches = count("watch", "maintenancebudgets", "metadata.name%3Droll-a");
     let node_lists = requests
         .iter()
         .filter(|r| r.verb == "list" && r.resource == "nodes" && !r.uri.contains("labelSelector"))
@@ -347,11 +348,24 @@ async fn a_pool_rolls_two_at_a_time_and_resumes_after_the_plugin_is_killed() {
     let node_watches = count("watch", "nodes", "");
     let seconds = ended.duration_since(began).unwrap().as_secs_f64();
     println!(
-        "the plugins' requests in {seconds:.1} s: {looks} looks, {node_lists} lists of every node, {node_watches} node watches"
+        "roll-a's two runs in {seconds:.1} s: {maintenance_lists} lists and {maintenance_watches} watches of its \
+         maintenances, {budget_gets} gets and {budget_watches} watches of its budget; every plugin's {node_lists} \
+         lists and {node_watches} watches of every node"
+    );
+    // Each run lists them for its set-up and its watch (and, should the watch not bring a write
+    // back within 2 s, once for that look); the gets of the budget are the set-up's, the claim's,
+    // the release's and the wait for evictord to observe it.
+    assert!(
+        maintenance_watches >= 2 && maintenance_lists <= 2 * maintenance_watches + 1,
+        "roll-a's maintenances listed {maintenance_lists} times ({maintenance_watches} watches)"
     );
     assert!(
-        node_watches >= 2 && node_lists * 2 <= looks,
-        "the plugins listed every node {node_lists} times for {looks} looks ({node_watches} node watches)"
+        budget_watches >= 2 && budget_gets <= 8 * budget_watches,
+        "roll-a's budget got {budget_gets} times ({budget_watches} watches)"
+    );
+    assert!(
+        node_watches >= 2,
+        "the nodes are watched ({node_watches} watches, {node_lists} lists)"
     );
     assert!(out2.contains("resuming rollout roll-a: 4 nodes"), "{out2}");
     assert!(

@@ -12,11 +12,16 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// The version a creation replaced: no object at all (an object absent from the cache is at it).
+const ABSENT: &str = "";
+
 /// Whether a cached copy at `cached` is older than a write of this controller: its version is
 /// one that this controller's writes replaced. A copy at any other version (the write itself,
-/// or someone else's later write) is current enough to decide on.
+/// or someone else's later write) is current enough to decide on. An object absent from the
+/// cache (`None`) is behind only a creation of ours ([`OwnWrites::record_created`]).
 pub fn cache_behind(cached: Option<&str>, superseded: &[String]) -> bool {
-    cached.is_some_and(|rv| superseded.iter().any(|s| s == rv))
+    let cached = cached.unwrap_or(ABSENT);
+    superseded.iter().any(|s| s == cached)
 }
 
 /// Per object key (`namespace/name`), the versions this controller's writes replaced since the
@@ -39,7 +44,18 @@ impl OwnWrites {
         }
     }
 
-    /// Whether the cached copy of `key` at `cached` predates one of this controller's writes.
+    /// Records that this controller created `key`: until the cache shows it, its absence is
+    /// behind.
+    pub fn record_created(&self, key: &str) {
+        let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
+        let versions = map.entry(key.to_string()).or_default();
+        if !versions.iter().any(|v| v == ABSENT) {
+            versions.push(ABSENT.to_string());
+        }
+    }
+
+    /// Whether the cached copy of `key` at `cached` (`None`: absent from the cache) predates one
+    /// of this controller's writes.
     /// When it does not, the record of `key` is dropped: the cache has caught up.
     pub fn behind(&self, key: &str, cached: Option<&str>) -> bool {
         let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
@@ -115,6 +131,10 @@ mod tests {
     #[case::cache_shows_our_write(Some("9"), &["7", "8"], false)]
     #[case::cache_shows_a_later_write_of_someone_else(Some("12"), &["7"], false)]
     #[case::cached_copy_without_version(None, &["7"], false)]
+    #[case::absent_after_our_creation(None, &[""], true)]
+    #[case::shown_after_our_creation(Some("1"), &[""], false)]
+    #[case::absent_after_our_deletion(None, &["7"], false)]
+    #[case::still_there_after_our_deletion(Some("7"), &["7"], true)]
     fn cache_behind_rows(
         #[case] cached: Option<&str>,
         #[case] superseded: &[&str],
@@ -136,6 +156,15 @@ mod tests {
         assert!(w.is_empty());
         // Caught up: the old versions are no longer remembered.
         assert!(!w.behind("ns/a", Some("7")));
+    }
+
+    #[test]
+    fn a_creation_is_behind_until_the_cache_shows_the_object() {
+        let w = OwnWrites::default();
+        w.record_created("nm-a");
+        assert!(w.behind("nm-a", None));
+        assert!(!w.behind("nm-a", Some("5")));
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -295,7 +295,9 @@ async fn drive(
                         let Some(act) = phases.get(n).and_then(|p| action(p, false)) else {
                             continue;
                         };
-                        let done = act_on(client, a, n, act, &s, &events, &mut running, view).await;
+                        let done =
+                            act_on(client, &watches, a, n, act, &s, &events, &mut running, view)
+                                .await;
                         match done {
                             Ok(Some(f)) => {
                                 failures.push(f);
@@ -387,7 +389,7 @@ async fn drive(
                         if killed.contains(&node) {
                             view.say(&format!("node {node}: step stopped ({exit})"));
                         } else {
-                            match step_ended(client, name, &node, exit, view).await {
+                            match step_ended(client, &watches, name, &node, exit, view).await {
                                 Ok(Some(failure)) => {
                                     failures.push(failure);
                                     if stop.is_none() {
@@ -461,6 +463,7 @@ fn boot_id(node: Option<&Node>) -> Option<String> {
 #[allow(clippy::too_many_arguments)]
 async fn act_on(
     client: &Client,
+    watches: &Watches,
     a: &RolloutArgs,
     n: &str,
     act: Action,
@@ -472,7 +475,15 @@ async fn act_on(
     let name = &a.name;
     match act {
         Action::Create => {
-            let m = w::create_maintenance(client, name, n, a.reason.as_deref(), a.deadline).await?;
+            let m = w::create_maintenance(
+                client,
+                &watches.written,
+                name,
+                n,
+                a.reason.as_deref(),
+                a.deadline,
+            )
+            .await?;
             view.say(&format!("node {n}: maintenance {m} created (stage Drain)"));
         }
         Action::Complete => {
@@ -480,7 +491,7 @@ async fn act_on(
                 return Ok(None);
             };
             let m = nm.metadata.name.clone().unwrap_or_default();
-            w::complete(client, &m).await?;
+            w::complete(client, &watches.written, nm).await?;
             view.say(&format!(
                 "node {n}: maintenance {m} moved to Complete{}",
                 if s.nodes.contains_key(n) {
@@ -510,12 +521,16 @@ async fn act_on(
                     },
                     now,
                 );
-                if w::write_record(client, nm, &done).await?.is_some() {
+                if w::write_record(client, &watches.written, nm, &done)
+                    .await?
+                    .is_some()
+                {
                     view.say(&format!("node {n}: drained (no --exec step)"));
                 }
                 return Ok(None);
             };
-            let Some(written) = w::write_record(client, nm, &record).await? else {
+            let Some(written) = w::write_record(client, &watches.written, nm, &record).await?
+            else {
                 return Ok(None);
             };
             match previous.map(|p| p.state) {
@@ -533,7 +548,7 @@ async fn act_on(
                     };
                     running.insert(n.to_string(), (now, p));
                     // Best effort: without it a resumed run cannot tell the process still runs.
-                    let _ = w::write_record(client, &written, &with_pid).await;
+                    let _ = w::write_record(client, &watches.written, &written, &with_pid).await;
                 }
                 Err(e) => {
                     let exit = Exit {
@@ -541,7 +556,7 @@ async fn act_on(
                         signal: None,
                     };
                     view.say(&format!("node {n}: cannot start the step: {e}"));
-                    w::update_record(client, &m, |_| {
+                    w::update_record(client, &watches.written, &m, |_| {
                         Some(finish(&record, exit, Timestamp::now()))
                     })
                     .await?;
@@ -560,13 +575,14 @@ async fn act_on(
 /// Records how a step ended; a failure is returned.
 async fn step_ended(
     client: &Client,
+    watches: &Watches,
     rollout: &str,
     node: &str,
     exit: Exit,
     view: &View,
 ) -> Result<Option<Failure>> {
     let m = maintenance_name(rollout, node);
-    w::update_record(client, &m, |current| {
+    w::update_record(client, &watches.written, &m, |current| {
         current
             .filter(|r| r.state == StepState::Running)
             .map(|r| finish(r, exit, Timestamp::now()))

@@ -1,5 +1,5 @@
 //! What a rollout works from: the command's arguments, what it reads of the cluster each time it
-//! looks (its budget, maintenances and step records; its nodes from the watch's store), each
+//! looks (its budget, maintenances and step records, and its nodes, from the watches' stores), each
 //! node's phase from them, and the per-node summary.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,7 +75,11 @@ pub async fn snapshot(
     let wanted: BTreeSet<&String> = nodes.iter().collect();
     let mut maintenances = BTreeMap::new();
     let mut records = BTreeMap::new();
-    for nm in w::rollout_maintenances(client, rollout).await? {
+    let listed = match watches.maintenances(rollout, nodes).await {
+        Some(cached) => cached,
+        None => w::rollout_maintenances(client, rollout).await?,
+    };
+    for nm in listed {
         let Some(node) = node_of(&nm).filter(|n| wanted.contains(n)) else {
             continue;
         };
@@ -93,7 +97,7 @@ pub async fn snapshot(
         })
         .collect();
     Ok(Snapshot {
-        budget: w::budget(client, rollout).await?,
+        budget: watches.budget(),
         maintenances,
         nodes,
         records,

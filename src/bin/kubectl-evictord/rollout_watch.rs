@@ -1,33 +1,35 @@
-//! What wakes a rollout, and its nodes: a watch of the rollout's maintenances and one of the nodes
-//! (kept in a reflector's store). A change of a maintenance or of a rolled node wakes the driver at
-//! once instead of at its next tick, and the nodes are read from the store instead of a LIST of
-//! every node each time the driver looks.
+//! What wakes a rollout, and what it reads: a watch of the rollout's maintenances, one of its
+//! budget and one of the nodes, each kept in a reflector's store. A change of a maintenance or of
+//! a rolled node wakes the driver at once instead of at its next tick, and each look reads the
+//! stores instead of listing the maintenances and nodes and getting the budget again.
 //!
-//! The maintenances are still read with a LIST when the driver looks (the rollout writes them, and
-//! it must see its own writes before it acts again); a watch that fails retries with the
-//! watcher's backoff while the driver's slow tick goes on — except a refusal (403) of the nodes'
-//! watch, which no retry mends and which would leave the rollout acting on nodes as they were:
-//! asked before anything is written (a SelfSubjectAccessReview, as `kubectl auth can-i` asks), and
-//! watched for after, the rollout stops and names the permission.
+//! The rollout writes its maintenances, and it must see its own writes before it acts again: each
+//! write is recorded ([`OwnWrites`]), and a look waits (briefly) for the watch to bring the
+//! rollout's writes back, else lists the maintenances as before. A watch that fails retries with
+//! the watcher's backoff while the driver's slow tick goes on — except a refusal (403) of the
+//! nodes' watch, which no retry mends and which would leave the rollout acting on nodes as they
+//! were: asked before anything is written (a SelfSubjectAccessReview, as `kubectl auth can-i`
+//! asks), and watched for after, the rollout stops and names the permission.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use evictord::api::NodeMaintenance;
-use evictord::plugin::rollout::naming::label_selector;
+use evictord::api::{MaintenanceBudget, NodeMaintenance};
+use evictord::controller::own_writes::OwnWrites;
+use evictord::plugin::rollout::naming::{label_selector, maintenance_name};
 use evictord::plugin::rollout::turn::{maintenance_turn, node_turn};
 use evictord::plugin::{Error, Result};
 use evictord_interceptor::pods::is_forbidden;
@@ -35,10 +37,21 @@ use evictord_interceptor::pods::is_forbidden;
 /// How long the first list of the nodes may take.
 const SYNC_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a look waits for the maintenances' watch to bring the rollout's own writes back
+/// before it lists them instead, and how often it looks at the store meanwhile.
+const CATCH_UP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+const CATCH_UP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The rollout's watches; dropped, they stop.
 pub struct Watches {
     /// Every node, as the last watch event left it.
     nodes: Store<Node>,
+    /// The rollout's maintenances, likewise.
+    maintenances: Store<NodeMaintenance>,
+    /// The rollout's budget, likewise.
+    budget: Store<MaintenanceBudget>,
+    /// The rollout's writes of its maintenances that the store may not show yet.
+    pub written: OwnWrites,
     /// Notified on each change of a rolled node or of one of the rollout's maintenances, and
     /// when the nodes' watch is refused.
     wake: Arc<Notify>,
@@ -98,9 +111,11 @@ impl Watches {
                 }
             }
         });
-        let maintenances: Api<NodeMaintenance> = Api::all(client.clone());
+        let (maintenances, nm_writer) = reflector::store();
         let config = watcher::Config::default().labels(&label_selector(rollout));
-        let nm_stream = watcher(maintenances, config).default_backoff();
+        let nm_stream = watcher(Api::<NodeMaintenance>::all(client.clone()), config)
+            .default_backoff()
+            .reflect(nm_writer);
         let nm_wake = wake.clone();
         let nm_urgent = urgent.clone();
         let nm_task = tokio::spawn(async move {
@@ -116,12 +131,24 @@ impl Watches {
                 }
             }
         });
+        let (budget, budget_writer) = reflector::store();
+        let config = watcher::Config::default().fields(&format!("metadata.name={rollout}"));
+        let budget_stream = watcher(Api::<MaintenanceBudget>::all(client.clone()), config)
+            .default_backoff()
+            .reflect(budget_writer);
+        let budget_task = tokio::spawn(async move {
+            futures::pin_mut!(budget_stream);
+            while budget_stream.next().await.is_some() {}
+        });
         let watches = Self {
             nodes,
+            maintenances,
+            budget,
+            written: OwnWrites::default(),
             wake,
             urgent,
             refused,
-            tasks: vec![node_task, nm_task],
+            tasks: vec![node_task, nm_task, budget_task],
         };
         may_watch_nodes(client).await?;
         tokio::time::timeout(SYNC_WITHIN, watches.nodes.wait_until_ready())
@@ -134,7 +161,59 @@ impl Watches {
             })?
             .map_err(|_| Error::Rollout("the watch of the nodes ended before its first list".into()))?;
         watches.check()?;
+        // The maintenances' and the budget's first lists: until they come, a look lists the
+        // maintenances itself ([`Watches::maintenances`]) and shows no budget.
+        let _ = tokio::time::timeout(
+            SYNC_WITHIN,
+            futures::future::join(
+                watches.maintenances.wait_until_ready(),
+                watches.budget.wait_until_ready(),
+            ),
+        )
+        .await;
         Ok(watches)
+    }
+
+    /// The rollout's maintenances of `nodes` from the store, once it shows every write of the
+    /// rollout's; `None` when it does not within [`CATCH_UP_WITHIN`] (or has not listed yet):
+    /// then the caller lists them.
+    pub async fn maintenances(
+        &self,
+        rollout: &str,
+        nodes: &[String],
+    ) -> Option<Vec<NodeMaintenance>> {
+        let deadline = tokio::time::Instant::now() + CATCH_UP_WITHIN;
+        loop {
+            let listed = self.maintenances.wait_until_ready().now_or_never();
+            if matches!(listed, Some(Ok(()))) {
+                let behind = nodes.iter().any(|n| {
+                    let name = maintenance_name(rollout, n);
+                    let cached = self.maintenances.get(&ObjectRef::new(&name));
+                    let version = cached
+                        .as_ref()
+                        .and_then(|m| m.metadata.resource_version.as_deref());
+                    self.written.behind(&name, version)
+                });
+                if !behind {
+                    return Some(
+                        self.maintenances
+                            .state()
+                            .iter()
+                            .map(|m| (**m).clone())
+                            .collect(),
+                    );
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(CATCH_UP_POLL).await;
+        }
+    }
+
+    /// The rollout's budget as the store holds it (what the view shows).
+    pub fn budget(&self) -> Option<MaintenanceBudget> {
+        self.budget.state().first().map(|b| (**b).clone())
     }
 
     /// An error once kube-apiserver refused the nodes' watch: the store would keep the nodes as

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use evictord::api::{MaintenanceBudget, NodeMaintenance, ROLLOUT_STEP_ANNOTATION, Stage};
 use evictord::controller::node_maintenance::cordon::{cordon, restore};
+use evictord::controller::own_writes::OwnWrites;
 use evictord::drain::holds::holders;
 use evictord::plugin::errors::{Access, api_error};
 use evictord::plugin::maintenance::{DrainDeadline, with_deadline};
@@ -163,9 +164,11 @@ pub async fn wait_observed(client: &Client, name: &str, within: Duration) -> Res
 }
 
 /// Creates the rollout's maintenance of `node`, with the drain deadline if one is given. A
-/// maintenance of that name that is not the rollout's is an error.
+/// maintenance of that name that is not the rollout's is an error. The creation is recorded in
+/// `written` (the rollout's next look waits for its watch to show it).
 pub async fn create_maintenance(
     client: &Client,
+    written: &OwnWrites,
     rollout: &str,
     node: &str,
     reason: Option<&str>,
@@ -177,10 +180,14 @@ pub async fn create_maintenance(
         .create(&PostParams::default(), &nm)
         .await
     {
-        Ok(_) => Ok(name),
+        Ok(_) => {
+            written.record_created(&name);
+            Ok(name)
+        }
         Err(e) if matches!(&e, kube::Error::Api(s) if s.code == 409) => {
             let existing = maintenances(client).get_opt(&name).await.ok().flatten();
             if existing.is_some_and(|m| is_of(m.metadata.labels.as_ref(), rollout)) {
+                written.record_created(&name);
                 Ok(name)
             } else {
                 Err(Error::Rollout(format!(
@@ -196,10 +203,12 @@ pub async fn create_maintenance(
     }
 }
 
-/// Writes the step record on the maintenance as read (its resourceVersion is the precondition).
-/// `Ok(None)` when the maintenance changed meanwhile (read it again and decide again).
+/// Writes the step record on the maintenance as read (its resourceVersion is the precondition),
+/// recorded in `written`. `Ok(None)` when the maintenance changed meanwhile (read it again and
+/// decide again).
 pub async fn write_record(
     client: &Client,
+    written: &OwnWrites,
     nm: &NodeMaintenance,
     record: &StepRecord,
 ) -> Result<Option<NodeMaintenance>> {
@@ -212,7 +221,10 @@ pub async fn write_record(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(written) => Ok(Some(written)),
+        Ok(answer) => {
+            written.record(&name, nm.metadata.resource_version.as_deref());
+            Ok(Some(answer))
+        }
         Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => Err(api_error(
             Access::new("patch", MAINTENANCES).named(&name),
@@ -225,6 +237,7 @@ pub async fn write_record(
 /// lost race). `next` returns `None` when there is nothing to write.
 pub async fn update_record(
     client: &Client,
+    written: &OwnWrites,
     name: &str,
     next: impl Fn(Option<&StepRecord>) -> Option<StepRecord>,
 ) -> Result<()> {
@@ -237,7 +250,7 @@ pub async fn update_record(
         let Some(record) = next(current.as_ref()) else {
             return Ok(());
         };
-        if write_record(client, &nm, &record).await?.is_some() {
+        if write_record(client, written, &nm, &record).await?.is_some() {
             return Ok(());
         }
     }
@@ -246,8 +259,10 @@ pub async fn update_record(
     )))
 }
 
-/// Moves the maintenance to Complete: evictord gives its node back.
-pub async fn complete(client: &Client, name: &str) -> Result<()> {
+/// Moves the maintenance (as read) to Complete: evictord gives its node back. Recorded in
+/// `written` as a write over the version read.
+pub async fn complete(client: &Client, written: &OwnWrites, nm: &NodeMaintenance) -> Result<()> {
+    let name = nm.metadata.name.as_deref().unwrap_or_default();
     maintenances(client)
         .patch(
             name,
@@ -256,6 +271,7 @@ pub async fn complete(client: &Client, name: &str) -> Result<()> {
         )
         .await
         .map_err(|e| api_error(Access::new("patch", MAINTENANCES).named(name), e))?;
+    written.record(name, nm.metadata.resource_version.as_deref());
     Ok(())
 }
 
