@@ -47,16 +47,22 @@ pub fn failed_evictions_message(n: i32) -> String {
     format!("Could not evict a pod due to failing eviction requests, number of retries: {n}")
 }
 
-/// The `InterceptorSelected` event of a decision that activates the imperative interceptor and
-/// evicts in the same pass, taken out of it to be told with the call's outcome
-/// ([`tell_selection_with_outcome`]): one event per pass instead of two, as a switch names the
-/// interceptor selected next. `None` (the decision untouched) for any other decision.
+/// The event of a decision that activates the imperative interceptor and evicts in the same
+/// pass, taken out of it to be told with the call's outcome ([`tell_selection_with_outcome`]):
+/// one event per pass instead of two. It is the imperative interceptor's `InterceptorSelected`
+/// (a pod without interceptors), or the `InterceptorCompleted` of the switch to it, which names
+/// it ("Interceptor a.b completed; interceptor imperative-eviction.k8s.io selected (2 of 2)").
+/// A switch that is a warning (`InterceptorTimedOut`, `InterceptorNotRegistered`) stays an event
+/// of its own. `None` (the decision untouched) for any other decision.
 pub fn hold_imperative_selection(d: &mut Decision) -> Option<EventSpec> {
     d.action.as_ref()?;
     let i = d.events.iter().position(|e| {
-        e.reason == "InterceptorSelected"
-            && e.note
-                .starts_with(&format!("Interceptor {IMPERATIVE_INTERCEPTOR} selected"))
+        let selected = format!("nterceptor {IMPERATIVE_INTERCEPTOR} selected (");
+        match e.reason {
+            "InterceptorSelected" => e.note.starts_with(&format!("I{selected}")),
+            "InterceptorCompleted" => e.note.contains(&format!("; i{selected}")),
+            _ => false,
+        }
     })?;
     Some(d.events.remove(i))
 }

@@ -197,8 +197,14 @@ fn one_pass(request: &EvictionRequest, outcome: EvictionOutcome) -> (Decision, V
 #[case::retry_has_no_selection_to_tell(
     request("uid").targets(&[]).active(IMP).started(IMP, t(0)).failures(1, Some(t(0))).build(), failed(None),
     &[("EvictionFailed", EventType::Warning, "Eviction of Pod ns/p failed (429: ")])]
-#[case::switch_already_names_the_imperative_interceptor(
+#[case::completion_and_selection_told_with_the_eviction(
     request("uid").targets(&["a.b"]).active("a.b").completed("a.b", t(2)).build(), EvictionOutcome::Evicted,
+    &[("Evicted", EventType::Normal, "Interceptor a.b completed; interceptor imperative-eviction.k8s.io selected (2 of 2); pod ns/p was evicted through the Eviction API")])]
+#[case::completion_and_selection_told_with_the_refusal(
+    request("uid").targets(&["a.b"]).active("a.b").completed("a.b", t(2)).build(), failed(None),
+    &[("EvictionFailed", EventType::Warning, "Interceptor a.b completed; interceptor imperative-eviction.k8s.io selected (2 of 2); eviction of Pod ns/p failed (429: ")])]
+#[case::a_timed_out_switch_stays_a_warning_of_its_own(
+    request("uid").deadline_seconds(1).targets(&["a.b"]).active("a.b").build(), EvictionOutcome::Evicted,
     &[("Evicted", EventType::Normal, "Pod ns/p was evicted through the Eviction API")])]
 fn the_selection_is_told_with_the_outcome(
     #[case] request: EvictionRequest,
