@@ -97,7 +97,10 @@ pub async fn snapshot(
         })
         .collect();
     Ok(Snapshot {
-        budget: watches.budget(),
+        budget: match watches.budget() {
+            Some(b) => b,
+            None => w::budget(client, rollout).await?,
+        },
         maintenances,
         nodes,
         records,

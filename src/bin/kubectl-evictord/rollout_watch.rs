@@ -161,48 +161,39 @@ impl Watches {
             })?
             .map_err(|_| Error::Rollout("the watch of the nodes ended before its first list".into()))?;
         watches.check()?;
-        // The maintenances' and the budget's first lists: until they come, a look lists the
-        // maintenances itself ([`Watches::maintenances`]) and shows no budget.
-        let _ = tokio::time::timeout(
-            SYNC_WITHIN,
-            futures::future::join(
-                watches.maintenances.wait_until_ready(),
-                watches.budget.wait_until_ready(),
-            ),
-        )
-        .await;
         Ok(watches)
     }
 
     /// The rollout's maintenances of `nodes` from the store, once it shows every write of the
-    /// rollout's; `None` when it does not within [`CATCH_UP_WITHIN`] (or has not listed yet):
-    /// then the caller lists them.
+    /// rollout's; `None` when it does not within [`CATCH_UP_WITHIN`] or has not listed yet (the
+    /// first looks; a refused watch): then the caller lists them.
     pub async fn maintenances(
         &self,
         rollout: &str,
         nodes: &[String],
     ) -> Option<Vec<NodeMaintenance>> {
+        let listed = self.maintenances.wait_until_ready().now_or_never();
+        if !matches!(listed, Some(Ok(()))) {
+            return None;
+        }
         let deadline = tokio::time::Instant::now() + CATCH_UP_WITHIN;
         loop {
-            let listed = self.maintenances.wait_until_ready().now_or_never();
-            if matches!(listed, Some(Ok(()))) {
-                let behind = nodes.iter().any(|n| {
-                    let name = maintenance_name(rollout, n);
-                    let cached = self.maintenances.get(&ObjectRef::new(&name));
-                    let version = cached
-                        .as_ref()
-                        .and_then(|m| m.metadata.resource_version.as_deref());
-                    self.written.behind(&name, version)
-                });
-                if !behind {
-                    return Some(
-                        self.maintenances
-                            .state()
-                            .iter()
-                            .map(|m| (**m).clone())
-                            .collect(),
-                    );
-                }
+            let behind = nodes.iter().any(|n| {
+                let name = maintenance_name(rollout, n);
+                let cached = self.maintenances.get(&ObjectRef::new(&name));
+                let version = cached
+                    .as_ref()
+                    .and_then(|m| m.metadata.resource_version.as_deref());
+                self.written.behind(&name, version)
+            });
+            if !behind {
+                return Some(
+                    self.maintenances
+                        .state()
+                        .iter()
+                        .map(|m| (**m).clone())
+                        .collect(),
+                );
             }
             if tokio::time::Instant::now() >= deadline {
                 return None;
@@ -211,9 +202,11 @@ impl Watches {
         }
     }
 
-    /// The rollout's budget as the store holds it (what the view shows).
-    pub fn budget(&self) -> Option<MaintenanceBudget> {
-        self.budget.state().first().map(|b| (**b).clone())
+    /// The rollout's budget as the store holds it (what the view shows); `None` until the
+    /// store has listed (then the caller gets it).
+    pub fn budget(&self) -> Option<Option<MaintenanceBudget>> {
+        let listed = self.budget.wait_until_ready().now_or_never();
+        matches!(listed, Some(Ok(()))).then(|| self.budget.state().first().map(|b| (**b).clone()))
     }
 
     /// An error once kube-apiserver refused the nodes' watch: the store would keep the nodes as
