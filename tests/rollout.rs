@@ -671,29 +671,16 @@ async fn live_view_under_tmux() {
     assert!(done.contains("exit=0"), "{done}");
 }
 
-/// A user who may do everything a rollout does but watch nodes: the rollout stops before it
-/// writes a maintenance, with kube-apiserver's refusal and the permission it needs (before, its
-/// first list succeeded, the watch was refused and retried for ever in the background, and the
-/// rollout went on with the nodes as they were at that list).
-#[tokio::test]
-async fn a_rollout_refused_the_watch_of_the_nodes_says_so_at_once() {
-    let (client, ns) = audited_setup("rollout-rbac").await;
-    let nodes = pool(&client, &ns, "roll-r", 1).await;
-    let c = support::cluster().await;
-    let user = "rollout-without-node-watch";
+/// A kubeconfig of user `user`, whom a ClusterRole of that name with `rules` is bound to.
+fn kubeconfig_of(
+    c: &support::TestCluster,
+    user: &str,
+    rules: serde_json::Value,
+) -> std::path::PathBuf {
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": user},
-        "rules": [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch", "update", "delete"]},
-            {"apiGroups": [""],
-             "resources": ["pods", "pods/eviction", "namespaces", "events", "services", "endpoints",
-                           "configmaps", "persistentvolumeclaims", "replicationcontrollers"],
-             "verbs": ["*"]},
-            {"apiGroups": ["evictord.dev", "apps", "policy", "coordination.k8s.io",
-                           "events.k8s.io"],
-             "resources": ["*"], "verbs": ["*"]},
-        ],
+        "rules": rules,
     });
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -705,7 +692,32 @@ async fn a_rollout_refused_the_watch_of_the_nodes_says_so_at_once() {
         let out = support::tools::kubectl(c, &["apply", "-f", "-"], Some(&manifest.to_string()));
         assert!(out.status.success(), "{}", text(&out));
     }
-    let kubeconfig = c.kubeconfig_as(user);
+    c.kubeconfig_as(user)
+}
+
+/// A user who may do everything a rollout does but watch nodes: the rollout stops before it
+/// writes a maintenance, with kube-apiserver's refusal and the permission it needs (before, its
+/// first list succeeded, the watch was refused and retried for ever in the background, and the
+/// rollout went on with the nodes as they were at that list).
+#[tokio::test]
+async fn a_rollout_refused_the_watch_of_the_nodes_says_so_at_once() {
+    let (client, ns) = audited_setup("rollout-rbac").await;
+    let nodes = pool(&client, &ns, "roll-r", 1).await;
+    let c = support::cluster().await;
+    let kubeconfig = kubeconfig_of(
+        c,
+        "rollout-without-node-watch",
+        json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch", "update", "delete"]},
+            {"apiGroups": [""],
+             "resources": ["pods", "pods/eviction", "namespaces", "events", "services", "endpoints",
+                           "configmaps", "persistentvolumeclaims", "replicationcontrollers"],
+             "verbs": ["*"]},
+            {"apiGroups": ["evictord.dev", "apps", "policy", "coordination.k8s.io",
+                           "events.k8s.io"],
+             "resources": ["*"], "verbs": ["*"]},
+        ]),
+    );
     let out = plugin_command(&[
         "rollout",
         "roll-r",
@@ -757,11 +769,10 @@ async fn a_rollout_refused_the_watch_of_its_budget_gets_it_instead() {
     let (client, ns) = audited_setup("rollout-budget-rbac").await;
     let nodes = pool(&client, &ns, "roll-w", 1).await;
     let c = support::cluster().await;
-    let user = "rollout-without-budget-watch";
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": user},
-        "rules": [
+    let kubeconfig = kubeconfig_of(
+        c,
+        "rollout-without-budget-watch",
+        json!([
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["*"]},
             {"apiGroups": [""],
              "resources": ["pods", "pods/eviction", "namespaces", "events", "services", "endpoints",
@@ -776,19 +787,8 @@ async fn a_rollout_refused_the_watch_of_its_budget_gets_it_instead() {
             {"apiGroups": ["apps", "policy", "coordination.k8s.io", "events.k8s.io",
                            "authorization.k8s.io"],
              "resources": ["*"], "verbs": ["*"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": user},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    });
-    for manifest in [role, binding] {
-        let out = support::tools::kubectl(c, &["apply", "-f", "-"], Some(&manifest.to_string()));
-        assert!(out.status.success(), "{}", text(&out));
-    }
-    let kubeconfig = c.kubeconfig_as(user);
+        ]),
+    );
     let began = std::time::Instant::now();
     let out = plugin_command(&[
         "rollout",

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Client;
 use tokio::signal::unix::{SignalKind, signal};
@@ -21,7 +20,7 @@ use evictord::plugin::rollout::driver::{Driver, RENEW_EVERY};
 use evictord::plugin::rollout::naming::{
     budget_for, is_of, label_selector, maintenance_name, node_of, validate_rollout_name,
 };
-use evictord::plugin::rollout::phase::{Action, Phase, action, is_finished};
+use evictord::plugin::rollout::phase::{Action, Phase, action, boot_id, is_finished};
 use evictord::plugin::rollout::record::{
     Recorded, Requested, RolloutOptions, max_unavailable_value, resume_check,
 };
@@ -450,15 +449,6 @@ fn keys(running: &Running) -> String {
     running.keys().cloned().collect::<Vec<_>>().join(", ")
 }
 
-fn boot_id(node: Option<&Node>) -> Option<String> {
-    node?
-        .status
-        .as_ref()?
-        .node_info
-        .as_ref()
-        .map(|i| i.boot_id.clone())
-}
-
 /// Does `act` for node `n`; a step that could not start is returned as a failure.
 #[allow(clippy::too_many_arguments)]
 async fn act_on(
@@ -508,9 +498,9 @@ async fn act_on(
             let m = nm.metadata.name.clone().unwrap_or_default();
             let previous = s.records.get(n);
             let now = Timestamp::now();
-            let boot = boot_id(s.nodes.get(n));
+            let boot = s.nodes.get(n).and_then(boot_id);
             let host = host_name();
-            let record = start(previous, boot.as_deref(), Some(&host), now)
+            let record = start(previous, boot, Some(&host), now)
                 .map_err(|e| Error::Rollout(format!("node {n}: {e}")))?;
             let Some(command) = &a.exec else {
                 let done = finish(

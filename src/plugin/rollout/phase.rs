@@ -101,7 +101,8 @@ fn condition<'a>(nm: &'a NodeMaintenance, type_: &str) -> Option<&'a str> {
         .map(|c| c.message.as_str())
 }
 
-pub(super) fn boot_id(node: &Node) -> Option<&str> {
+/// The node's boot ID, as its kubelet reports it (`status.nodeInfo.bootID`).
+pub fn boot_id(node: &Node) -> Option<&str> {
     node.status
         .as_ref()?
         .node_info
