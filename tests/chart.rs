@@ -1040,7 +1040,18 @@ async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
         (h.spec.min_replicas == Some(2)).then_some(())
     })
     .await;
-    // The "autoscaler" scales the Deployment, the "deployment controller" and the "kubelet"
+    // evictord brings the Deployment up to the raised floor itself, through its scale
+    // subresource (no autoscaler runs here to do it).
+    until(
+        T,
+        "the Deployment scaled to the raised floor by evictord",
+        || async {
+            let d = deployments.get("api").await.ok()?;
+            (d.spec.replicas == Some(2)).then_some(())
+        },
+    )
+    .await;
+    // The "deployment controller" and the "kubelet"
     // start a Ready pod and make it available (the interceptor checks the pods as well as the
     // status).
     let mut surge = pod("api-1-b").label("app", "api").build();

@@ -6,7 +6,8 @@
 //! included) and the readiness of its pods from watch caches, within a budget of GETs and LISTs
 //! per surged pod; the old code GOT the ReplicaSet, the Deployment's scale and the Deployment at
 //! every look at a request, and LISTed the Deployment's pods at every look that found the surge
-//! available.
+//! available. The Deployment is brought up to each raised floor by the interceptor's own guarded
+//! patch of its scale, not at the autoscaler's next sync.
 
 mod support;
 
@@ -82,10 +83,23 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
                     .contains(&format!("/namespaces/{ns}/horizontalpodautoscalers/"))
         })
         .count();
+    // The Deployment brought up to each raised floor at once (the autoscaler would at its next
+    // sync): a guarded patch of its scale per surged pod, unless the autoscaler was first.
+    let scale_patches: Vec<u16> = audit
+        .iter()
+        .filter(|r| {
+            is_interceptor(&r.user_agent)
+                && r.verb == "patch"
+                && r.uri
+                    .starts_with(&format!("{apps}/deployments/{}/scale", s.name))
+        })
+        .map(|r| r.code)
+        .collect();
     println!(
         "interceptors, for {replicas} HPA-surged pods: GETs of ReplicaSets {replicaset_gets}, \
          GETs of the Deployment {deployment_gets} ({scale_gets} of its scale), LISTs of pods \
-         {pod_lists}, PATCHes of the autoscaler {autoscaler_patches}"
+         {pod_lists}, PATCHes of the autoscaler {autoscaler_patches}, of the Deployment's scale \
+         {scale_patches:?}"
     );
     // The interceptors' reads of the workload, in order, for the record.
     let mut reads: Vec<_> = audit
@@ -106,6 +120,11 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
         println!("  {at:6.2} s {} {} {}", r.verb, r.uri, r.code);
     }
     let surged = replicas as usize;
+    assert!(
+        scale_patches.contains(&200) && scale_patches.len() <= surged,
+        "the interceptors should scale the Deployment to each raised floor themselves, at most once \
+         per surged pod; their patches of its scale answered {scale_patches:?}"
+    );
     assert!(
         replicaset_gets <= REPLICASET_GETS_PER_SURGED_POD * surged,
         "the interceptors GOT ReplicaSets {replicaset_gets} times for {surged} surged pods \

@@ -252,6 +252,15 @@ pub fn on_activation(
     }
 }
 
+/// The replicas to give an autoscaler's workload at once after a [`Step::Join`] raised its floor
+/// to `floor`, when it has fewer (`replicas`). The autoscaler itself brings a workload below its
+/// `minReplicas` up to it, before and whatever its metrics say, but only at its next sync (every
+/// 15 s by default): writing that same count now spares the drain the wait. `None` when the
+/// workload already has that many, and for a workload scaled to zero (its autoscaler is off).
+pub fn scale_to_floor(replicas: i32, floor: i32) -> Option<i32> {
+    (replicas > 0 && replicas < floor).then_some(floor)
+}
+
 /// How to bring an autoscaler back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settle {

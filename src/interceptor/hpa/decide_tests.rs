@@ -277,3 +277,13 @@ fn settle_rows(
     let fates: Vec<(SurgedPod, Fate)> = fates.into_iter().map(|(u, f)| (pod(u), f)).collect();
     assert_eq!(settle(&h, &fates), expected);
 }
+
+#[rstest]
+#[case::below_the_raised_floor(3, 4, Some(4))]
+#[case::two_below(3, 5, Some(5))]
+#[case::at_it(4, 4, None)]
+#[case::above_it(6, 4, None)]
+#[case::scaled_to_zero(0, 4, None)]
+fn scale_to_floor_rows(#[case] replicas: i32, #[case] floor: i32, #[case] expected: Option<i32>) {
+    assert_eq!(scale_to_floor(replicas, floor), expected);
+}

@@ -18,12 +18,12 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::decide::{Step, Write, on_activation};
+use super::decide::{Step, Write, on_activation, scale_to_floor};
 use super::reads::{Caches, PodsOf, Reads};
 use super::record::{AutoscalerFacts, autoscaler_patch};
-use super::target::{Autoscaler, Scaled, autoscaler_for, chain_text};
+use super::target::{Autoscaler, Scaled, Workload, autoscaler_for, chain_text};
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::Autoscalers;
@@ -261,6 +261,10 @@ impl HpaInterceptor {
                 )
             });
             let step = on_activation(h, &workload, &target, unobserved_for);
+            let scale_up = match &step {
+                Step::Join(write) => scale_to_floor(workload.replicas, write.to.min),
+                _ => None,
+            };
             // A request that surges or waits for a surge will want the readiness of the
             // Deployment's pods: their watch lists now, and wakes the request when it changes.
             if let Some(pods) = &pods
@@ -350,6 +354,9 @@ impl HpaInterceptor {
                         });
                         event(&self.recorder, hpa, resource, reason, note).await;
                     }
+                    if let Some(replicas) = scale_up {
+                        self.scale(&ns, scaled, workload.replicas, replicas).await;
+                    }
                     return Ok(progress);
                 }
                 Err(e) if is_conflict(&e) => continue,
@@ -360,6 +367,56 @@ impl HpaInterceptor {
             Progress::in_progress("the HorizontalPodAutoscaler keeps changing; trying again"),
             Woken::Polled,
         ))
+    }
+}
+
+impl HpaInterceptor {
+    /// Scales `target` from `from` to `to` replicas through its scale subresource, as its
+    /// autoscaler will at its next sync ([`scale_to_floor`]): one JSON patch that tests the
+    /// replicas read, so that a scaling by anyone else in between (the autoscaler's own) wins.
+    /// A failure is only logged: the autoscaler scales the workload all the same, later.
+    async fn scale(&self, ns: &str, target: &Workload, from: i32, to: i32) {
+        let resource = if target.is_deployment() {
+            ApiResource::erase::<Deployment>(&())
+        } else {
+            match self.reads.resource_of(target).await {
+                Ok(Ok(r)) => r,
+                _ => return,
+            }
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &resource);
+        let ops = serde_json::json!([
+            {"op": "test", "path": "/spec/replicas", "value": from},
+            {"op": "replace", "path": "/spec/replicas", "value": to},
+        ]);
+        let Ok(patch) = serde_json::from_value::<json_patch::Patch>(ops) else {
+            return;
+        };
+        match api
+            .patch_scale(
+                &target.name,
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => info!(
+                namespace = ns,
+                "scaled {target} from {from} to {to} replicas, the autoscaler's raised floor"
+            ),
+            // Scaled by someone else meanwhile (the autoscaler), or not ours to scale.
+            Err(kube::Error::Api(e)) if matches!(e.code, 403 | 404 | 409 | 422) => debug!(
+                namespace = ns,
+                code = e.code,
+                "left the scaling of {target} to its autoscaler: {}",
+                e.message
+            ),
+            Err(e) => warn!(
+                namespace = ns,
+                error = %e,
+                "could not scale {target} to the autoscaler's raised floor; the autoscaler will"
+            ),
+        }
     }
 }
 

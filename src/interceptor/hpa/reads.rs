@@ -110,7 +110,10 @@ impl Reads {
     }
 
     /// The resource of a scale target, from discovery (remembered); `Err` says why there is none.
-    async fn resource_of(&self, target: &Workload) -> Result<Result<ApiResource, String>, Error> {
+    pub(super) async fn resource_of(
+        &self,
+        target: &Workload,
+    ) -> Result<Result<ApiResource, String>, Error> {
         let Some(api_version) = target.api_version.as_deref() else {
             return Ok(Err("its scaleTargetRef has no apiVersion".into()));
         };
