@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
     }
     cpus();
     let settings = settings::Settings::from_env()?;
+    support::control_plane::set_hpa_sync_period(settings.pool.hpa_sync);
     let dir = report_dir();
     std::fs::create_dir_all(&dir)?;
     let scratch = tempfile::Builder::new()

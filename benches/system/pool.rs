@@ -89,6 +89,7 @@ pub async fn run(
         max_unavailable: p.max_unavailable.clone(),
         start_delay_seconds: p.start_delay.as_secs_f64(),
         grace_seconds: p.grace.as_secs_f64(),
+        hpa_sync_seconds: p.hpa_sync.as_secs_f64(),
         kubectl_flags: KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()).collect(),
         evictord_flags: p.evictord_flags.clone(),
         served: p.served.clone(),

@@ -174,6 +174,8 @@ pub struct PoolResults {
     pub max_unavailable: String,
     pub start_delay_seconds: f64,
     pub grace_seconds: f64,
+    /// The HorizontalPodAutoscaler controller's sync period, seconds.
+    pub hpa_sync_seconds: f64,
     pub kubectl_flags: Vec<String>,
     pub evictord_flags: Vec<String>,
     pub served: Vec<String>,

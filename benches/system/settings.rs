@@ -37,6 +37,7 @@
 //! | `EVICTORD_BENCH_POOL_MAX_UNAVAILABLE` | `2` | `--max-unavailable` of the rollouts (N or P%) |
 //! | `EVICTORD_BENCH_POOL_NODE_TIMEOUT` | `120` | `kubectl drain --timeout` of each call, seconds |
 //! | `EVICTORD_BENCH_POOL_START_DELAY` | `2` | seconds from binding to Running and Ready (played kubelet) |
+//! | `EVICTORD_BENCH_HPA_SYNC` | `15` | seconds between the HorizontalPodAutoscaler controller's syncs in the benchmark's kube-controller-manager (its own default; the tests' is 2 s) |
 //! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
 //! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io,horizontalpodautoscaler.autoscaling.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
 //! | `EVICTORD_BENCH_POOL_EVICTORD_FLAGS` | empty (the shipped defaults) | extra `evictord serve` flags of the pool part, space-separated |
@@ -165,6 +166,7 @@ impl Settings {
                 var("EVICTORD_BENCH_POOL_START_DELAY", "2").parse()?,
             ),
             grace: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_GRACE", "2").parse()?),
+            hpa_sync: Duration::from_secs_f64(var("EVICTORD_BENCH_HPA_SYNC", "15").parse()?),
             step: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_STEP", "10").parse()?),
             max_unavailable: var("EVICTORD_BENCH_POOL_MAX_UNAVAILABLE", "2"),
             served: list(&var(
@@ -261,6 +263,8 @@ pub struct PoolSettings {
     pub node_timeout: Duration,
     pub start_delay: Duration,
     pub grace: Duration,
+    /// The HorizontalPodAutoscaler controller's sync period.
+    pub hpa_sync: Duration,
     /// The per-node step's duration (`sleep`).
     pub step: Duration,
     /// The rollouts' `--max-unavailable`.

@@ -11,8 +11,8 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -223,6 +223,23 @@ pub fn stop_controller_manager() {
     }
 }
 
+/// The HorizontalPodAutoscaler controller's sync period of [`cluster_with_controller_manager`]
+/// when [`set_hpa_sync_period`] gave none: 2 s, not kube-controller-manager's default 15 s, so
+/// that tests waiting on an autoscaler's floor are quick.
+const TEST_HPA_SYNC_PERIOD: Duration = Duration::from_secs(2);
+
+static HPA_SYNC_PERIOD: OnceLock<Duration> = OnceLock::new();
+
+/// Sets the HorizontalPodAutoscaler controller's sync period of the kube-controller-manager
+/// [`cluster_with_controller_manager`] starts (the benchmark's: kube-controller-manager's own
+/// default); before it starts, once per process.
+pub fn set_hpa_sync_period(period: Duration) {
+    assert!(
+        HPA_SYNC_PERIOD.set(period).is_ok() && CONTROLLER_MANAGER.get().is_none(),
+        "set_hpa_sync_period: once, before the kube-controller-manager starts"
+    );
+}
+
 fn start_controller_manager(c: &TestCluster) -> u32 {
     spawn_controller_manager(c, WORKLOAD_CONTROLLERS, "kube-controller-manager")
 }
@@ -239,8 +256,13 @@ fn spawn_controller_manager(c: &TestCluster, controllers: &str, log: &str) -> u3
         .args([
             format!("--kubeconfig={}", c.kubeconfig.display()),
             format!("--controllers={controllers}"),
-            // The HPA controller's default period is 15 s; tests wait on its floor.
-            "--horizontal-pod-autoscaler-sync-period=2s".into(),
+            format!(
+                "--horizontal-pod-autoscaler-sync-period={}ms",
+                HPA_SYNC_PERIOD
+                    .get()
+                    .unwrap_or(&TEST_HPA_SYNC_PERIOD)
+                    .as_millis()
+            ),
             "--leader-elect=false".into(),
             // No serving: nothing scrapes it, and it needs no authentication delegation then.
             "--port=0".into(),
