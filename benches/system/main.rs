@@ -44,6 +44,7 @@ mod loadgen;
 mod machine;
 mod memory;
 mod pool;
+mod pool_attribution;
 mod pool_clients;
 mod pool_drive;
 mod pool_endpoints;

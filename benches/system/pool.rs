@@ -284,10 +284,11 @@ async fn run_mode(
     let evicted = samples.departures.len();
     let (requests, writes) = crate::prom::request_totals(&counters0, &counters1);
     let per = |n: f64| n.max(0.0) / evicted.max(1) as f64;
-    let requests_figures = if mode.evictord {
-        Some(request_watch.stop().await)
+    let (requests_figures, pod_classes) = if mode.evictord {
+        let (figures, classes) = request_watch.stop().await;
+        (Some(figures), Some(classes))
     } else {
-        None
+        (None, None)
     };
     let evictord_peak_rss_bytes =
         evictord_pid.and_then(|pid| crate::processes::status_bytes(pid, "VmHWM:").ok());
@@ -414,26 +415,11 @@ async fn run_mode(
             idle,
             evicted,
             result.requests.as_ref().map(|r| r.intercepted_pods),
+            pod_classes.as_ref(),
         )
     });
     if let Some(f) = &clients {
-        eprintln!(
-            "[pool] {}: kube-apiserver requests by client per evicted pod: all {:.1}, {}{}",
-            result.id,
-            f.all_per_evicted(),
-            crate::pool_clients::CLIENTS
-                .iter()
-                .map(|(c, _)| format!("{c} {:.1}", f.window.of(c) as f64 / evicted.max(1) as f64))
-                .collect::<Vec<_>>()
-                .join(", "),
-            f.evictord_per_intercepted()
-                .map_or(String::new(), |x| format!(
-                    "; evictord {x:.1} per intercepted pod ({} pods), idle {}/s",
-                    f.intercepted_pods.unwrap_or(0),
-                    f.idle_evictord_per_second()
-                        .map_or("-".into(), |r| format!("{r:.2}"))
-                ))
-        );
+        eprintln!("[pool] {}: {}", result.id, f.summary());
     }
     Ok(ModeResult {
         clean_up_seconds,

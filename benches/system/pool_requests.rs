@@ -1,18 +1,20 @@
 //! The mode's EvictionRequests as they were last seen (issue 41): a watch of the pool's
 //! namespace from before the drain keeps each request's last state, deleted ones included — a
 //! maintenance's Complete deletes the requests it alone made, so a rollout, which completes each
-//! node's maintenance as it goes, leaves none to list at the end — and [`figures`] sums them up.
+//! node's maintenance as it goes, leaves none to list at the end — and [`figures`] sums them up,
+//! and [`PodClasses`] sorts their pods for issue 44's bill per pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use evictord::api::{CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR};
+use evictord::api::{CONDITION_EVICTED, EvictionRequest};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::loadgen::median;
+use crate::pool_attribution::{PodClasses, is_intercepted};
 use crate::pool_results::{InterceptorFigures, RequestFigures};
 
 /// The requests seen, by UID.
@@ -62,8 +64,8 @@ impl RequestWatch {
         RequestWatch { seen, task }
     }
 
-    /// Stops the watch; what the requests said.
-    pub async fn stop(self) -> RequestFigures {
+    /// Stops the watch; what the requests said, and their pods by class.
+    pub async fn stop(self) -> (RequestFigures, PodClasses) {
         // The last changes reach the watch within a moment of the drain's end.
         tokio::time::sleep(Duration::from_secs(1)).await;
         self.task.abort();
@@ -72,7 +74,7 @@ impl RequestWatch {
             .lock()
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
-        figures(&items)
+        (figures(&items), PodClasses::of(&items))
     }
 }
 
@@ -93,13 +95,10 @@ pub fn figures(items: &[EvictionRequest]) -> RequestFigures {
     let mut active: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut intercepted = std::collections::BTreeSet::new();
     for r in items {
-        let Some(s) = &r.status else { continue };
-        if s.target_interceptors
-            .iter()
-            .any(|i| i.name != IMPERATIVE_INTERCEPTOR)
-        {
+        if is_intercepted(r) {
             intercepted.insert(r.spec.target.pod.uid.clone());
         }
+        let Some(s) = &r.status else { continue };
         let evicted = s
             .condition(CONDITION_EVICTED)
             .filter(|c| c.status == "True")

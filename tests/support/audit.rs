@@ -4,8 +4,9 @@
 //! says which pod each call was for, so the fault tests can prove per pod that no pod was
 //! evicted twice and that no call was made for a pod already evicted. And the audit log of every
 //! request ([`super::control_plane::cluster_with_request_audit`]): each request once
-//! ([`requests`]), and counted by the client its user agent names ([`count_by_client`]), as the
-//! pool benchmark splits kube-apiserver's load.
+//! ([`requests`]; with what it was about, its `objectRef`: [`requests_with_objects`]), and counted
+//! by the client its user agent names ([`count_by_client`]), as the pool benchmark splits
+//! kube-apiserver's load.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -268,12 +269,42 @@ pub struct AuditedRequest {
     pub uri: String,
 }
 
+/// What an audited request was about: its event's `objectRef` (each field empty when the log
+/// has none). kube-apiserver completes it from the request's body at the Metadata level too, so
+/// a create names the object it created (unless the body had only `generateName`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// The plural (`pods`, `evictionrequests`), empty outside the resource paths.
+    pub resource: String,
+    /// `eviction`, `status`, `scale`...
+    pub subresource: String,
+    /// Empty for a cluster-scoped object and for a list or watch of every namespace.
+    pub namespace: String,
+    /// Empty for a list, a watch, a create whose body had no name.
+    pub name: String,
+    /// `evictord.dev`, `apps`; empty for the core group.
+    pub api_group: String,
+}
+
 /// The requests in the audit log at `path`, each once (at its last stage: a watch is logged
 /// when its answer starts and again when it ends).
 pub fn requests(path: &Path) -> Vec<AuditedRequest> {
+    requests_with_objects(path)
+        .into_iter()
+        .map(|(request, _)| request)
+        .collect()
+}
+
+/// [`requests`], each with what it was about.
+pub fn requests_with_objects(path: &Path) -> Vec<(AuditedRequest, ObjectRef)> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("reading the audit log {}: {e}", path.display()));
-    let mut by_id: BTreeMap<String, AuditedRequest> = BTreeMap::new();
+    parse_requests(&text)
+}
+
+/// The requests in an audit log's text (JSON lines), as [`requests_with_objects`] reads them.
+pub fn parse_requests(text: &str) -> Vec<(AuditedRequest, ObjectRef)> {
+    let mut by_id: BTreeMap<String, (AuditedRequest, ObjectRef)> = BTreeMap::new();
     for event in text
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -301,22 +332,34 @@ pub fn requests(path: &Path) -> Vec<AuditedRequest> {
                 .and_then(|c| u16::try_from(c).ok())
                 .unwrap_or(0),
         };
-        by_id.insert(
-            id.to_string(),
-            AuditedRequest {
-                user: event["impersonatedUser"]["username"]
-                    .as_str()
-                    .or(event["user"]["username"].as_str())
-                    .unwrap_or_default()
-                    .to_string(),
-                user_agent: event["userAgent"].as_str().unwrap_or_default().to_string(),
-                verb: event["verb"].as_str().unwrap_or_default().to_string(),
-                resource,
-                code,
-                received: timestamp(&event["requestReceivedTimestamp"]),
-                uri: event["requestURI"].as_str().unwrap_or_default().to_string(),
-            },
-        );
+        let field = |name: &str| object[name].as_str().unwrap_or_default().to_string();
+        let mut object_ref = ObjectRef {
+            resource: field("resource"),
+            subresource: field("subresource"),
+            namespace: field("namespace"),
+            name: field("name"),
+            api_group: field("apiGroup"),
+        };
+        let request = AuditedRequest {
+            user: event["impersonatedUser"]["username"]
+                .as_str()
+                .or(event["user"]["username"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+            user_agent: event["userAgent"].as_str().unwrap_or_default().to_string(),
+            verb: event["verb"].as_str().unwrap_or_default().to_string(),
+            resource,
+            code,
+            received: timestamp(&event["requestReceivedTimestamp"]),
+            uri: event["requestURI"].as_str().unwrap_or_default().to_string(),
+        };
+        // An earlier stage's name stays when a later one has none.
+        if let Some((_, earlier)) = by_id.get(id)
+            && object_ref.name.is_empty()
+        {
+            object_ref.name = earlier.name.clone();
+        }
+        by_id.insert(id.to_string(), (request, object_ref));
     }
     by_id.into_values().collect()
 }
