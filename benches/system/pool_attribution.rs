@@ -16,6 +16,8 @@
 //!   a pod's UID, a pod's name, or a workload evictord wrote (below);
 //! - `deployments` (`/scale` too), `horizontalpodautoscalers`, `replicasets` with a name: the
 //!   intercepted pods' (only their surges write them);
+//! - the interceptors' lists and watches of one namespace's pods: the intercepted pods' (the
+//!   readiness watches of surged workloads; evictord's caches of pods are cluster-wide);
 //! - an `evictionrequests` create whose event names no object (kube-apiserver names it from
 //!   the body even at the Metadata level; kept for a log that does not): one per
 //!   EvictionRequest of each class, the rest shared.
@@ -29,7 +31,7 @@ use std::time::SystemTime;
 use evictord::api::{EvictionRequest, IMPERATIVE_INTERCEPTOR};
 use serde::Serialize;
 
-use crate::support::audit::{AuditedRequest, ObjectRef, client_of};
+use crate::support::audit::{AuditedRequest, ObjectRef, client_of, evictord_component};
 
 /// What issue 44 charges a pod's requests to, by its EvictionRequest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,6 +214,13 @@ pub fn charge(
         "evictionrequests" if name.is_empty() && request.verb == "create" => Charge::UnnamedCreate,
         "evictionrequests" if !name.is_empty() => pod(classes.by_uid(name)),
         "pods" if !name.is_empty() => pod(classes.by_name(ns, name, request.received)),
+        // The interceptors' lists and watches of one namespace's pods are the readiness watches
+        // of surged workloads (their caches of the drained nodes' pods are cluster-wide).
+        "pods"
+            if !ns.is_empty() && evictord_component(&request.user_agent) == Some("interceptor") =>
+        {
+            Charge::Pod(PodClass::Intercepted)
+        }
         "events" if !name.is_empty() => {
             let Some((prefix, _suffix)) = name.rsplit_once('.') else {
                 return Charge::Shared;
