@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::selector::label_selector_matches;
-use evictord_interceptor::pods::{REFUSAL_RECHECK, watches_allowed};
+use evictord_interceptor::pods::{REFUSAL_RECHECK, listed_within, watches_allowed};
 
 /// How long a workload's watch lives without a read using it.
 pub const IDLE: Duration = Duration::from_secs(120);
@@ -187,9 +187,7 @@ impl WorkloadPods {
             .filter(|w| !w.stop.is_cancelled())
             .map(|w| w.store.clone());
         if let Some(store) = store
-            && tokio::time::timeout(LIST_WAIT, store.wait_until_ready())
-                .await
-                .is_ok_and(|r| r.is_ok())
+            && listed_within(&store, LIST_WAIT).await
         {
             return Ok(store
                 .state()

@@ -29,12 +29,13 @@
 //! not turn the cache off for the life of the process.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,30 @@ const GONE_KEPT: usize = 4096;
 /// caches are in; an administrator grants the permission), and one refused request a minute is
 /// what asking again costs an account that truly may not watch.
 pub const REFUSAL_RECHECK: Duration = Duration::from_secs(60);
+
+/// How often [`listed_within`] looks whether a store has listed.
+const LISTED_POLL: Duration = Duration::from_millis(20);
+
+/// Whether `store` has listed, waiting at most `within`. It looks every [`LISTED_POLL`] rather
+/// than awaiting [`Store::wait_until_ready`]: that future's wake-up is a one-waiter slot (a
+/// oneshot receiver in kube-runtime's `DelayedInit`), so any other look at the same store while
+/// it lists — a second waiter, or a `now_or_never` check with its no-op waker — takes the
+/// wake-up, and the first waiter sleeps until its timeout (a drain's first look at a node's pod
+/// waited the whole [`LISTING_WAIT`] for a watch listed in milliseconds).
+pub async fn listed_within<K>(store: &Store<K>, within: Duration) -> bool
+where
+    K: 'static + Clone + Lookup,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        match store.wait_until_ready().now_or_never() {
+            Some(listed) => return listed.is_ok(),
+            None if tokio::time::Instant::now() >= until => return false,
+            None => tokio::time::sleep(LISTED_POLL).await,
+        }
+    }
+}
 
 /// Whether a watch may be started at `now`: never for a cache that reads live only, and not
 /// within [`REFUSAL_RECHECK`] (`recheck`) of the last refusal (`refused_at`).
@@ -300,8 +325,7 @@ impl PodCache {
         if listing.is_empty() {
             return false;
         }
-        let all = futures::future::join_all(listing.iter().map(|s| s.wait_until_ready()));
-        let _ = tokio::time::timeout(LISTING_WAIT, all).await;
+        futures::future::join_all(listing.iter().map(|s| listed_within(s, LISTING_WAIT))).await;
         true
     }
 
@@ -439,6 +463,30 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+
+    /// Two readers waiting for a store to list and a third checking it meanwhile with
+    /// `now_or_never` all see it listed (awaiting `wait_until_ready` with a timeout, the first
+    /// waiter lost its wake-up to the others and timed out).
+    #[tokio::test(start_paused = true)]
+    async fn every_reader_waiting_for_a_list_sees_it() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        // Each in a task of its own, as the runner's looks are.
+        let waiter = |store: Store<Pod>| {
+            tokio::spawn(async move { listed_within(&store, Duration::from_secs(5)).await })
+        };
+        let (a, b) = (waiter(store.clone()), waiter(store.clone()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A check in between, as a look at another pod makes.
+        assert!(store.wait_until_ready().now_or_never().is_none());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let listed = tokio::time::Instant::now();
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert!(a && b, "listed: {a}, {b}");
+        // On the paused clock: both within a poll of the list, not at their timeout.
+        assert!(listed.elapsed() <= LISTED_POLL, "{:?}", listed.elapsed());
+        assert!(!listed_within(&reflector::store::<Pod>().0, Duration::from_millis(30)).await);
+    }
 
     /// (live only, seconds since the last refusal) → may a watch start (recheck 60 s).
     #[rstest]
