@@ -47,6 +47,14 @@ pub enum Step {
         /// When it should be over, if known.
         expected_finish: Option<Timestamp>,
     },
+    /// Record the reason in the request (the runner writes the message), then look again at
+    /// once: the next look, finding it recorded, deletes the pod.
+    Record {
+        /// The message (the reason of the deletion).
+        message: String,
+        /// Now plus the pod's grace period.
+        expected_finish: Timestamp,
+    },
     /// Delete the pod (UID precondition, its own grace period), then wait for it to go.
     Delete {
         /// The progress message.
@@ -125,9 +133,9 @@ pub fn on_activation(f: &Facts, now: Timestamp) -> Step {
         .checked_add(SignedDuration::from_secs(f.grace_seconds.max(0)))
         .unwrap_or(now);
     if f.recorded.as_deref() != Some(message.as_str()) {
-        return Step::Wait {
+        return Step::Record {
             message,
-            expected_finish: Some(expected_finish),
+            expected_finish,
         };
     }
     Step::Delete {
@@ -179,14 +187,15 @@ mod tests {
         match step {
             Step::Complete { result, .. } => result,
             Step::Wait { .. } => "wait",
+            Step::Record { .. } => "record",
             Step::Delete { .. } => "delete",
         }
     }
 
     #[rstest::rstest]
     #[case::targeted_pod_is_deleted_once_the_reason_is_recorded(facts(), "delete")]
-    #[case::reason_recorded_before_the_deletion(Facts { recorded: None, ..facts() }, "wait")]
-    #[case::another_reason_recorded(Facts { recorded: Some("waiting for the taint".into()), ..facts() }, "wait")]
+    #[case::reason_recorded_before_the_deletion(Facts { recorded: None, ..facts() }, "record")]
+    #[case::another_reason_recorded(Facts { recorded: Some("waiting for the taint".into()), ..facts() }, "record")]
     #[case::not_a_daemonset_pod(Facts { daemonset: None, ..facts() }, "not_daemonset")]
     #[case::terminating_pod_is_waited_for(Facts { deleting_since: Some(t(20)), ..facts() }, "wait")]
     #[case::not_targeted_by_a_maintenance(Facts { maintenance: None, ..facts() }, "not_targeted")]
@@ -223,9 +232,9 @@ mod tests {
         );
         assert_eq!(
             first,
-            Step::Wait {
+            Step::Record {
                 message: DELETING.into(),
-                expected_finish: Some(t(30))
+                expected_finish: t(30)
             }
         );
         let kept = on_activation(

@@ -9,7 +9,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
 use tracing::{info, warn};
 
 use super::caches::Caches;
@@ -27,6 +29,9 @@ pub struct DaemonSetInterceptor {
     client: Client,
     caches: Caches,
     recorder: Recorder,
+    /// Where a request to look at again at once is sent (once its reason is recorded), for
+    /// whoever feeds the runner's wakes; without, it is looked at again at the poll interval.
+    again: Option<UnboundedSender<ObjectRef<EvictionRequest>>>,
 }
 
 fn count(result: &'static str) {
@@ -60,7 +65,19 @@ impl DaemonSetInterceptor {
             recorder: Recorder::new(client.clone(), reporter("evictord")),
             client,
             caches,
+            again: None,
         }
+    }
+
+    /// Sends each request whose pod's deletion waits only for its reason to be recorded to
+    /// `again`, for the runner's wakes: the next look, right after the runner's write, deletes
+    /// the pod (without, it waits for the poll interval).
+    pub fn looking_again_with(
+        mut self,
+        again: UnboundedSender<ObjectRef<EvictionRequest>>,
+    ) -> Self {
+        self.again = Some(again);
+        self
     }
 
     /// The facts of a look, read from the watch caches. A cache can only lag behind: what it
@@ -181,6 +198,20 @@ impl DaemonSetInterceptor {
                 message,
                 expected_finish,
             }),
+            Step::Record {
+                message,
+                expected_finish,
+            } => {
+                // Looked at again once this look's write is done (the runner holds a wake of a
+                // request it is looking at until the look ends).
+                if let Some(again) = &self.again {
+                    let _ = again.send(ObjectRef::from_obj(request));
+                }
+                Ok(Progress::InProgress {
+                    message,
+                    expected_finish: Some(expected_finish),
+                })
+            }
             Step::Delete {
                 message,
                 expected_finish,

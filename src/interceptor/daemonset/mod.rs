@@ -55,10 +55,19 @@ pub async fn run(client: Client, settings: Settings, pods: PodCache, shutdown: C
         ..settings
     };
     let caches = Caches::start(&client, &shutdown);
-    Runner::new(client.clone(), settings)
+    // A request whose reason was just recorded is looked at again at once, to delete its pod.
+    let (again, looks) = tokio::sync::mpsc::unbounded_channel();
+    let wakes = futures::stream::unfold(
+        looks,
+        |mut rx| async move { rx.recv().await.map(|r| (r, rx)) },
+    );
+    let interceptor = DaemonSetInterceptor::new(client.clone(), caches).looking_again_with(again);
+    Runner::new(client, settings)
         .pods(pods)
-        .run(DaemonSetInterceptor::new(client, caches), async move {
-            shutdown.cancelled().await
-        })
+        .run_woken(
+            interceptor,
+            wakes,
+            async move { shutdown.cancelled().await },
+        )
         .await;
 }
