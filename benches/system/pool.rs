@@ -36,7 +36,6 @@
 //! drain, an idle baseline of `EVICTORD_BENCH_POOL_IDLE` seconds counts evictord's requests
 //! with nothing to do.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -370,7 +369,7 @@ async fn run_mode(
             support::apiserver::WEBHOOK_CALLS,
             evicted,
         ),
-        apiserver_histograms: top_histograms(&histograms0, &histograms1),
+        apiserver_histograms: crate::pool_clients::top_histograms(&histograms0, &histograms1),
         kube_apiserver_cpu_cores: cores[0].map(|s| s / window),
         etcd_cpu_cores: cores[1].map(|s| s / window),
         evictord_cpu_seconds: cores[2],
@@ -556,27 +555,6 @@ async fn worst(
             .map(|(t, a)| (*t, f64::from(*a) / desired))
             .collect(),
     })
-}
-
-/// kube-apiserver's request durations and webhook calls over the window, the ten series that
-/// took the most time in all.
-fn top_histograms(
-    before: &BTreeMap<String, crate::prom::Series>,
-    after: &BTreeMap<String, crate::prom::Series>,
-) -> Vec<crate::prom::Delta> {
-    let mut v = crate::prom::deltas(before, after, |k| {
-        k.starts_with("apiserver_request_duration_seconds{")
-            || k.starts_with("apiserver_admission_webhook_admission_duration_seconds{")
-    });
-    for d in &mut v {
-        d.series = crate::pool_files::short_series(&d.series);
-    }
-    // Watches (and kube-rs's wait on the NodeMaintenance, a watch by name) last as long as they
-    // are open: not requests anyone waited on.
-    v.retain(|d| d.mean_ms < 5000.0);
-    v.sort_by(|a, b| (b.count * b.mean_ms).total_cmp(&(a.count * a.mean_ms)));
-    v.truncate(10);
-    v
 }
 
 /// Stops the drain's leftovers: the webhooks, the NodeMaintenance (named after the namespace)

@@ -10,8 +10,10 @@
 //! refused, refused by a PodDisruptionBudget at least once — each class with its share of the
 //! requests that served no single pod; and beside an idle baseline: evictord's requests on the
 //! settled pool over a quiet window before the drain (`EVICTORD_BENCH_POOL_IDLE`), per second, so that its watches and lease renewals show apart
-//! from the drain's work. Also the goals table's rows of issue 44.
+//! from the drain's work. Also the goals table's rows of issue 44, and kube-apiserver's own
+//! histograms of the window's requests ([`top_histograms`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -548,4 +550,25 @@ pub fn goals(m: &ModeResult, counterpart: Option<&ModeResult>, out: &mut Vec<Goa
             },
         ),
     });
+}
+
+/// kube-apiserver's request durations and webhook calls over the window, the ten series that
+/// took the most time in all.
+pub fn top_histograms(
+    before: &BTreeMap<String, crate::prom::Series>,
+    after: &BTreeMap<String, crate::prom::Series>,
+) -> Vec<crate::prom::Delta> {
+    let mut v = crate::prom::deltas(before, after, |k| {
+        k.starts_with("apiserver_request_duration_seconds{")
+            || k.starts_with("apiserver_admission_webhook_admission_duration_seconds{")
+    });
+    for d in &mut v {
+        d.series = crate::pool_files::short_series(&d.series);
+    }
+    // Watches (and kube-rs's wait on the NodeMaintenance, a watch by name) last as long as they
+    // are open: not requests anyone waited on.
+    v.retain(|d| d.mean_ms < 5000.0);
+    v.sort_by(|a, b| (b.count * b.mean_ms).total_cmp(&(a.count * a.mean_ms)));
+    v.truncate(10);
+    v
 }
