@@ -39,6 +39,13 @@ const DEPLOYMENT_GETS_PER_SURGED_POD: usize = 1;
 /// (Measured at 2a8be31: 3; after: 1.)
 const POD_LISTS_PER_SURGED_DEPLOYMENT: usize = 2;
 
+/// Status writes of the EvictionRequests per request by the interceptors, the autoscaler's and
+/// the Deployment's together: the autoscaler's start (the raise, or a wait for room), the raise
+/// if it waited, its completion, and the Deployment interceptor's one write (it completes at
+/// once for an autoscaled Deployment). Their messages carry no counts that move meanwhile
+/// (before: "... available replicas (now 1 of 2)", written again at each count).
+const STATUS_WRITES_PER_REQUEST: usize = 4;
+
 #[tokio::test]
 async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
     let c = support::control_plane::cluster_with_request_audit().await;
@@ -74,6 +81,10 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
     // A LIST of the namespace's pods (by label: the Deployment's; the pod cache's lists are
     // cluster-wide, by node).
     let pod_lists = by_interceptor("list", &format!("/api/v1/namespaces/{ns}/pods"));
+    let status_writes = by_interceptor(
+        "patch",
+        &format!("/apis/evictord.dev/v1alpha1/namespaces/{ns}/evictionrequests/"),
+    );
     let autoscaler_patches = audit
         .iter()
         .filter(|r| {
@@ -99,7 +110,7 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
         "interceptors, for {replicas} HPA-surged pods: GETs of ReplicaSets {replicaset_gets}, \
          GETs of the Deployment {deployment_gets} ({scale_gets} of its scale), LISTs of pods \
          {pod_lists}, PATCHes of the autoscaler {autoscaler_patches}, of the Deployment's scale \
-         {scale_patches:?}"
+         {scale_patches:?}, status writes of EvictionRequests {status_writes}"
     );
     // The interceptors' reads of the workload, in order, for the record.
     let mut reads: Vec<_> = audit
@@ -134,6 +145,11 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
         deployment_gets <= DEPLOYMENT_GETS_PER_SURGED_POD * surged,
         "the interceptors GOT the Deployment or its scale {deployment_gets} times for {surged} \
          surged pods (budget {DEPLOYMENT_GETS_PER_SURGED_POD} per pod)"
+    );
+    assert!(
+        status_writes <= STATUS_WRITES_PER_REQUEST * surged,
+        "the interceptors wrote the status of their EvictionRequests {status_writes} times for \
+         {surged} of them (budget {STATUS_WRITES_PER_REQUEST} per request)"
     );
     assert!(
         pod_lists <= POD_LISTS_PER_SURGED_DEPLOYMENT,

@@ -186,10 +186,26 @@ pub fn surged(name: &str, base: i32) -> String {
 
 /// The message of a request waiting for room in Deployment `name`'s surge: its maxSurge, not
 /// how much of it is in use, so that it stays the same while the request waits.
-fn no_room(name: &str, max_surge: i32) -> String {
+pub fn no_room(name: &str, max_surge: i32) -> String {
     format!(
-        "waiting for room to surge Deployment {name}: its maxSurge {max_surge} is in use by other pods"
+        "waiting for room to surge Deployment {name}: its maxSurge {max_surge} is in use by other pods, or being given back"
     )
+}
+
+/// The message of a request waiting to join a surge, from this look's reason to wait (`wait`),
+/// the message of a wait for room (`room`) and the message the request's entry shows (`shown`):
+/// a request already told that it waits for room keeps that message while the room comes back
+/// (the Deployment controller observing the settler's write of `spec.replicas`, the ReplicaSet
+/// deleting the extra pod, [`scaling_down`]). To the reader it is the same wait; told turn by
+/// turn, it cost a request waiting behind two others six status writes of its own in the pool
+/// benchmark. Shared with the HorizontalPodAutoscaler interceptor. Only for a pod the surge
+/// does not cover: a covered pod's message is the surge's ([`surged`]).
+pub(crate) fn waiting_to_join(shown: Option<&str>, room: String, wait: String) -> String {
+    if shown == Some(room.as_str()) {
+        room
+    } else {
+        wait
+    }
 }
 
 /// A pod of a surged Deployment as [`confirmed`] sees it.

@@ -136,6 +136,35 @@ fn messages_stay_while_the_state_does(
     assert_eq!(message(&before), message(&after));
 }
 
+/// A request told that it waits for room keeps that message while the room comes back (the
+/// settler's write not observed yet, the ReplicaSet deleting the extra pod); a request told
+/// something else, or nothing yet, is told this look's reason.
+#[rstest]
+#[case::room_then_not_observed(Some(ROOM), NOT_OBSERVED, ROOM)]
+#[case::room_then_scaling_down(Some(ROOM), SCALING_DOWN, ROOM)]
+#[case::room_then_room(Some(ROOM), ROOM, ROOM)]
+#[case::first_look_not_observed(None, NOT_OBSERVED, NOT_OBSERVED)]
+#[case::other_wait_then_scaling_down(Some(NOT_OBSERVED), SCALING_DOWN, SCALING_DOWN)]
+#[case::other_wait_then_room(Some(NOT_OBSERVED), ROOM, ROOM)]
+fn waiting_to_join_rows(#[case] shown: Option<&str>, #[case] wait: &str, #[case] told: &str) {
+    let room = no_room("d", 1);
+    let real = |m: &str| {
+        if m == ROOM {
+            room.clone()
+        } else {
+            m.to_string()
+        }
+    };
+    assert_eq!(
+        waiting_to_join(shown.map(real).as_deref(), room.clone(), real(wait)),
+        real(told)
+    );
+}
+
+const ROOM: &str = "<no_room>";
+const NOT_OBSERVED: &str = "waiting until the Deployment controller observes generation 5";
+const SCALING_DOWN: &str = "waiting until Deployment d has come down to its 3 replicas";
+
 /// The message a join writes is the one the looks after it find: no second write.
 #[test]
 fn a_join_writes_the_message_the_wait_keeps() {

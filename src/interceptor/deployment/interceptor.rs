@@ -23,10 +23,11 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::decide::{
-    PodReadiness, Step, active_in, confirmed, on_activation, scaling_down, surged,
+    PodReadiness, Step, active_in, confirmed, no_room, on_activation, scaling_down, surged,
+    waiting_to_join,
 };
 use super::surge::{DeploymentFacts, SurgeRecord, SurgedPod};
 use super::unobserved::Unobserved;
@@ -376,6 +377,20 @@ impl DeploymentInterceptor {
                 facts.observed_generation,
             );
             let step = on_activation(&facts, &name, &target, unobserved_for);
+            // A wait to join keeps the message of a wait for room ([`waiting_to_join`]).
+            let covered = matches!(&facts.record, Ok(Some(r)) if r.covers(&target.uid));
+            let shown = request
+                .status
+                .as_ref()
+                .and_then(|s| s.interceptor(super::NAME))
+                .and_then(|e| e.message.as_deref());
+            let join_wait = |wait: String| {
+                if covered {
+                    return wait;
+                }
+                debug!(deployment = %name, "waiting to join the surge: {wait}");
+                waiting_to_join(shown, no_room(&name, facts.max_surge), wait)
+            };
             // A request that surges or waits for a surge will want the readiness of the
             // Deployment's pods: their watch lists now, and wakes the request when it changes.
             if let Some(c) = &self.caches
@@ -392,7 +407,7 @@ impl DeploymentInterceptor {
                 let pods = self.pods(&d).await?;
                 let active = pods.iter().filter(|p| active_in(p, &name)).count();
                 if let Some(why) = scaling_down(&facts, &name, active) {
-                    return Ok(Progress::in_progress(why));
+                    return Ok(Progress::in_progress(join_wait(why)));
                 }
             }
             let written = match step {
@@ -400,7 +415,7 @@ impl DeploymentInterceptor {
                     count("skipped");
                     return Ok(Progress::complete(message));
                 }
-                Step::Wait(message) => return Ok(Progress::in_progress(message)),
+                Step::Wait(message) => return Ok(Progress::in_progress(join_wait(message))),
                 Step::Ready(message) => {
                     drop(decides);
                     // Before the read: a change of the pods' readiness after it wakes the request.
@@ -410,9 +425,9 @@ impl DeploymentInterceptor {
                     if let Ok(Some(record)) = &facts.record
                         && let Err(why) = confirmed(record, &self.readiness(&d).await?)
                     {
-                        return Ok(Progress::in_progress(format!(
-                            "surged Deployment {name}; waiting: {why}"
-                        )));
+                        // The surge's message, the same while it is not available yet.
+                        debug!(deployment = %name, "surged, not ready yet: {why}");
+                        return Ok(Progress::in_progress(surged(&name, record.base)));
                     }
                     observe_time_to_available(request);
                     return Ok(Progress::complete(message));

@@ -205,21 +205,14 @@ pub fn on_activation(
     match record {
         Some(r) if r.covers(&pod.uid) => {
             let want = r.want();
-            let raised = format!(
-                "raised minReplicas of HorizontalPodAutoscaler {name} from {} to {}",
-                r.before.min,
-                r.expected().min
-            );
             if w.caught_up && w.replicas >= want && w.available >= want {
                 Step::Ready(format!(
-                    "{raised}; {workload} has {} available replicas (wanted {want}): the pod may go",
+                    "{}; {workload} has {} available replicas (wanted {want}): the pod may go",
+                    raised(name, &r),
                     w.available
                 ))
             } else {
-                Step::Wait(format!(
-                    "{raised}; waiting until {workload} has {want} available replicas (now {} of {})",
-                    w.available, w.replicas
-                ))
+                Step::Wait(covered_wait(name, workload, &r))
             }
         }
         record => {
@@ -237,10 +230,7 @@ pub fn on_activation(
             let room = room(w, r.base);
             let in_use = i32::try_from(r.pods.len()).unwrap_or(i32::MAX);
             if in_use >= room {
-                return Step::Wait(format!(
-                    "waiting for room to surge {workload} through HorizontalPodAutoscaler {name}: {in_use} of {room} \
-                     in use by other pods"
-                ));
+                return Step::Wait(no_room(workload, name));
             }
             r.pods.push(pod.clone());
             Step::Join(Write {
@@ -250,6 +240,34 @@ pub fn on_activation(
             })
         }
     }
+}
+
+fn raised(name: &str, r: &HpaSurgeRecord) -> String {
+    format!(
+        "raised minReplicas of HorizontalPodAutoscaler {name} from {} to {}",
+        r.before.min,
+        r.expected().min
+    )
+}
+
+/// The message of a request whose pod the surge `r` through autoscaler `name` covers, from the
+/// surge's start (the look that raised the floor) until `workload` has the replicas: without
+/// the counts that move meanwhile, so that it is written once.
+pub fn covered_wait(name: &str, workload: &impl std::fmt::Display, r: &HpaSurgeRecord) -> String {
+    format!(
+        "{}; waiting until {workload} has {} available replicas",
+        raised(name, r),
+        r.want()
+    )
+}
+
+/// The message of a request waiting for room in a surge of `workload` through autoscaler
+/// `name`: without the counts, so that it stays the same while the request waits (and while the
+/// room comes back, [`waiting_to_join`](crate::interceptor::deployment::decide::waiting_to_join)).
+pub fn no_room(workload: &impl std::fmt::Display, name: &str) -> String {
+    format!(
+        "waiting for room to surge {workload} through HorizontalPodAutoscaler {name}: it is in use by other pods, or being given back"
+    )
 }
 
 /// The replicas to give an autoscaler's workload at once after a [`Step::Join`] raised its floor

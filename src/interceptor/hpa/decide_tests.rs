@@ -151,17 +151,17 @@ fn kind(step: &Step) -> &'static str {
 #[case::scaled_to_zero(hpa(limits(1, 3), None), web(0), "skip", "scaled to zero")]
 #[case::bad_annotation(AutoscalerFacts { record: Err("x".into()), ..hpa(limits(1, 3), None) }, web(1), "skip", "unreadable")]
 #[case::first_pod_joins(hpa(limits(1, 3), None), web(1), "join", "")]
-#[case::no_room(surged(record(limits(1, 5), 3, &["a"])), web(4), "wait", "1 of 1 in use")]
+#[case::no_room(surged(record(limits(1, 5), 3, &["a"])), web(4), "wait", "it is in use by other pods, or being given back")]
 #[case::room_for_second(surged(record(limits(1, 5), 3, &["a"])), with_surge(web(4), IntOrString::Int(2), IntOrString::Int(0)), "join", "")]
 // Room is a Deployment's maxSurge at the base, not at the surged size: 25% of 4 is 1, of 5 is 2.
-#[case::room_at_the_base(surged(record(limits(1, 8), 4, &["a"])), with_surge(web(5), IntOrString::String("25%".into()), IntOrString::Int(0)), "wait", "1 of 1 in use")]
+#[case::room_at_the_base(surged(record(limits(1, 8), 4, &["a"])), with_surge(web(5), IntOrString::String("25%".into()), IntOrString::Int(0)), "wait", "it is in use by other pods, or being given back")]
 // The autoscaler scaling the Deployment for the surge bumped its generation: not a rollout.
 #[case::own_surge_not_a_rollout(surged(record(limits(1, 5), 3, &["a"])), with_facts(with_surge(web(4), IntOrString::Int(2), IntOrString::Int(0)), |f| f.observed_generation = 3), "join", "")]
 // Any other workload surges one pod at a time.
 #[case::other_workload_joins(hpa(limits(1, 3), None), statefulset(1, 1), "join", "")]
-#[case::other_workload_one_at_a_time(surged(record(limits(1, 3), 1, &["a"])), statefulset(2, 2), "wait", "1 of 1 in use")]
-#[case::covered_waiting_for_the_autoscaler(surged(record(limits(1, 3), 1, &["p"])), web(1), "wait", "waiting until Deployment web has 2 available replicas (now 1 of 1)")]
-#[case::covered_waiting_for_pods(surged(record(limits(1, 3), 1, &["p"])), available(web(2), 2, 1), "wait", "(now 1 of 2)")]
+#[case::other_workload_one_at_a_time(surged(record(limits(1, 3), 1, &["a"])), statefulset(2, 2), "wait", "it is in use by other pods, or being given back")]
+#[case::covered_waiting_for_the_autoscaler(surged(record(limits(1, 3), 1, &["p"])), web(1), "wait", "raised minReplicas of HorizontalPodAutoscaler h from 1 to 2; waiting until Deployment web has 2 available replicas")]
+#[case::covered_waiting_for_pods(surged(record(limits(1, 3), 1, &["p"])), available(web(2), 2, 1), "wait", "waiting until Deployment web has 2 available replicas")]
 #[case::covered_not_observed(surged(record(limits(1, 3), 1, &["p"])), WorkloadFacts { caught_up: false, ..web(2) }, "wait", "")]
 #[case::covered_ready(surged(record(limits(1, 3), 1, &["p"])), web(2), "ready", "raised minReplicas of HorizontalPodAutoscaler h from 1 to 2; Deployment web has 2 available replicas")]
 #[case::covered_ready_statefulset(surged(record(limits(1, 3), 1, &["p"])), statefulset(2, 2), "ready", "the pod may go")]
@@ -184,6 +184,19 @@ fn activation_rows(
         Step::Join(_) => String::new(),
     };
     assert!(message.contains(text), "{message:?} lacks {text:?}");
+}
+
+/// A covered pod's wait is told in one message from the surge's start until the workload has
+/// the replicas ([`covered_wait`], also the message the interceptor writes with the raise): the
+/// counts that move meanwhile would each cost the request a status write.
+#[rstest]
+#[case::autoscaler_not_synced(web(1))]
+#[case::pods_not_available(available(web(2), 2, 1))]
+#[case::not_observed(WorkloadFacts { caught_up: false, ..web(2) })]
+fn a_covered_wait_is_one_message(#[case] w: WorkloadFacts) {
+    let r = record(limits(1, 3), 1, &["p"]);
+    let step = on_activation(&surged(r.clone()), &w, &pod("p"), std::time::Duration::ZERO);
+    assert_eq!(step, Step::Wait(covered_wait("h", &w.workload, &r)));
 }
 
 #[rstest]

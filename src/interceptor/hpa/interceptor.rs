@@ -20,14 +20,14 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use super::decide::{Step, Write, on_activation, scale_to_floor};
+use super::decide::{Step, Write, covered_wait, no_room, on_activation, scale_to_floor};
 use super::reads::{Caches, PodsOf, Reads};
 use super::record::{AutoscalerFacts, autoscaler_patch};
 use super::target::{Autoscaler, Scaled, Workload, autoscaler_for, chain_text};
 use super::{Error, NAME, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::autoscalers::Autoscalers;
-use crate::interceptor::deployment::decide::confirmed_over;
+use crate::interceptor::deployment::decide::{confirmed_over, waiting_to_join};
 use crate::interceptor::deployment::surge::SurgedPod;
 use crate::interceptor::deployment::unobserved::Unobserved;
 use crate::interceptor::deployments::DeploymentKey;
@@ -261,6 +261,13 @@ impl HpaInterceptor {
                 )
             });
             let step = on_activation(h, &workload, &target, unobserved_for);
+            // A wait to join keeps the message of a wait for room ([`waiting_to_join`]).
+            let covered = matches!(&h.record, Ok(Some(r)) if r.covers(&target.uid));
+            let shown = request
+                .status
+                .as_ref()
+                .and_then(|s| s.interceptor(NAME))
+                .and_then(|e| e.message.as_deref());
             let scale_up = match &step {
                 Step::Join(write) => scale_to_floor(workload.replicas, write.to.min),
                 _ => None,
@@ -274,7 +281,15 @@ impl HpaInterceptor {
             }
             let (reason, write, note, progress) = match step {
                 Step::Skip(message) => return skip(message),
-                Step::Wait(message) => return Ok((Progress::in_progress(message), woken)),
+                Step::Wait(message) if covered => {
+                    return Ok((Progress::in_progress(message), woken));
+                }
+                Step::Wait(wait) => {
+                    debug!(autoscaler = %name, "waiting to join the surge: {wait}");
+                    let room = no_room(&workload.workload, name);
+                    let message = waiting_to_join(shown, room, wait);
+                    return Ok((Progress::in_progress(message), woken));
+                }
                 Step::Ready(message) => {
                     if let (Ok(Some(record)), Some(pods)) = (&h.record, &pods) {
                         // Before the read: a change of the pods' readiness after it wakes the
@@ -289,12 +304,10 @@ impl HpaInterceptor {
                             |uid| record.covers(uid),
                             &self.reads.readiness(&ns, pods).await?,
                         ) {
-                            return Ok((
-                                Progress::in_progress(format!(
-                                    "raised HorizontalPodAutoscaler {name}; waiting: {why}"
-                                )),
-                                woken,
-                            ));
+                            // The surge's message, the same while it is not available yet.
+                            debug!(autoscaler = %name, "surged, not ready yet: {why}");
+                            let message = covered_wait(name, &workload.workload, record);
+                            return Ok((Progress::in_progress(message), woken));
                         }
                     }
                     observe_time_to_available(request);
@@ -311,6 +324,11 @@ impl HpaInterceptor {
                         "raised minReplicas from {} to {}{ceiling}",
                         from.min, to.min
                     );
+                    // The message of the looks that follow ([`covered_wait`]): no second write.
+                    let surged = write.record.as_ref().map_or_else(
+                        || format!("{raised} of HorizontalPodAutoscaler {name}"),
+                        |r| covered_wait(name, &workload.workload, r),
+                    );
                     (
                         Some("SurgeStarted"),
                         write,
@@ -320,13 +338,7 @@ impl HpaInterceptor {
                             target.name
                         ),
                         // The workload scales to the raised floor: its changes wake the request.
-                        (
-                            Progress::in_progress(format!(
-                                "{raised} of HorizontalPodAutoscaler {name}; waiting until {} has {} available replicas",
-                                workload.workload, to.min
-                            )),
-                            woken,
-                        ),
+                        (Progress::in_progress(surged), woken),
                     )
                 }
                 Step::Abandon { write, message } => (
