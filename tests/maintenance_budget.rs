@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use evictord::api::{MaintenanceBudget, NodeMaintenance, Stage};
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::budget::{
     Sampler, admitted, budget, cordoned, drained, get, maintenance, pool, set_stage,
@@ -68,19 +68,30 @@ async fn six_maintenances_under_a_budget_of_two_roll_two_at_a_time_oldest_first(
     budget(&client, "roll", "roll", json!(2), json!([])).await;
     let sampler = Sampler::start(client.clone(), "roll", &[]);
     let names = six_maintenances(&client, &nodes, "roll").await;
-    // Two admitted and drained, four queued naming the budget and the nodes that use it up.
+    // Two admitted and drained, four queued: the first in line names the budget and the nodes
+    // that use it up, each of the others the maintenance just ahead of it (a message that stays
+    // the same while the queue moves: no status write per queued maintenance at each turn).
+    let ahead = |i: usize| {
+        if i == 2 {
+            "MaintenanceBudget roll allows 2 unavailable nodes".to_string()
+        } else {
+            format!(
+                "MaintenanceBudget roll is kept for the older maintenance {}, which waits",
+                names[i - 1]
+            )
+        }
+    };
     eventually("two admitted and drained, four queued", || async {
         let mut admitted_names = Vec::new();
         let mut queued = 0;
-        for n in &names {
+        for (i, n) in names.iter().enumerate() {
             let nm = get(&client, n).await?;
             match admitted(&nm)? {
                 (s, _, _) if s == "True" && drained(&nm) => admitted_names.push(n.clone()),
                 (s, reason, message)
                     if s == "False"
                         && reason == "BudgetExhausted"
-                        && message
-                            .contains("MaintenanceBudget roll allows 2 unavailable nodes") =>
+                        && message.contains(&ahead(i)) =>
                 {
                     queued += 1
                 }
@@ -90,6 +101,7 @@ async fn six_maintenances_under_a_budget_of_two_roll_two_at_a_time_oldest_first(
         (admitted_names == names[..2] && queued == 4).then_some(())
     })
     .await;
+    let last = get(&client, &names[5]).await.unwrap();
     // A queued maintenance touched nothing: its node is not cordoned, its node status says why.
     let third = get(&client, &names[2]).await.unwrap();
     let line = &third.status.as_ref().unwrap().node_statuses[0];
@@ -121,6 +133,16 @@ async fn six_maintenances_under_a_budget_of_two_roll_two_at_a_time_oldest_first(
         .await;
         order.extend(next);
         assert!(order.len() > before);
+        if round == 0 {
+            // The queue moved (m3 admitted, m1 and m2 given back); the last one, still behind
+            // m5, was not written.
+            let now = get(&client, &names[5]).await.unwrap();
+            assert_eq!(
+                (now.resource_version(), admitted(&now).map(|(_, _, m)| m)),
+                (last.resource_version(), admitted(&last).map(|(_, _, m)| m)),
+                "the last queued maintenance's status was written while it stayed behind m5"
+            );
+        }
     }
     assert_eq!(order, names, "admitted oldest first");
     for n in &names {

@@ -137,9 +137,9 @@ pub enum QueueReason {
         /// How many nodes it would add.
         adds: usize,
     },
-    /// The budget would have room, but an older maintenance waits for it first.
+    /// An older maintenance waits for room in the budget first (whether or not it has room now).
     Behind {
-        /// The older maintenance.
+        /// The youngest of the older maintenances waiting for it: the one just ahead.
         older: String,
     },
     /// The budget's spec is invalid (the problem as the webhook words it).
@@ -289,7 +289,7 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
     let mut unavailable = unavailable_nodes(input);
     let mut by_age: Vec<&MaintenanceState> = input.maintenances.iter().collect();
     by_age.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-    // Budgets kept for an older maintenance waiting for room: budget index → its name.
+    // Budgets kept for older maintenances waiting for room: budget index → the youngest of them.
     let mut kept: BTreeMap<usize, &str> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for m in by_age.into_iter().filter(|m| m.wants) {
@@ -351,6 +351,16 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
                         next_open: windows[b].next_open,
                     },
                 ));
+            } else if let Some(older) = kept.get(&b) {
+                // Behind an older one, full or not: its message names that one, not the
+                // unavailable nodes, so it stays the same while the queue moves (a rollout
+                // of N nodes wrote every queued maintenance's status at each turn: N² writes).
+                holds.push((
+                    b,
+                    QueueReason::Behind {
+                        older: older.to_string(),
+                    },
+                ));
             } else if now_unavailable.len() + adds_here > allowed {
                 holds.push((
                     b,
@@ -358,13 +368,6 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
                         unavailable: now_unavailable,
                         allowed,
                         adds: adds_here,
-                    },
-                ));
-            } else if let Some(older) = kept.get(&b) {
-                holds.push((
-                    b,
-                    QueueReason::Behind {
-                        older: older.to_string(),
                     },
                 ));
             }
@@ -384,8 +387,9 @@ pub fn admit(input: &AdmissionInput, now: Timestamp) -> AdmissionOutput {
             }
             Some((b, reason)) => {
                 if reason.keeps_place() {
+                    // The youngest waiting one: the next in line waits behind it.
                     for &t in &touched {
-                        kept.entry(t).or_insert(m.name.as_str());
+                        kept.insert(t, m.name.as_str());
                     }
                 }
                 Verdict::Queue(Queued {

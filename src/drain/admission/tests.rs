@@ -539,3 +539,49 @@ fn queue_messages_name_at_most_five_nodes() {
     let names = named((1..=8).map(|i| format!("n{i}")));
     assert_eq!(names, "n1, n2, n3, n4, n5 and 3 more");
 }
+
+#[test]
+fn a_queued_maintenance_waits_behind_the_one_just_ahead_while_the_queue_moves() {
+    // A rollout two at a time: m1 and m2 hold n1 and n2; q3, q4, q5 wait. Only the first in line
+    // names the unavailable nodes; the others name the one just ahead, so their messages stay
+    // the same while the nodes come and go (each change is a status write per queued one).
+    let budgets = || vec![budget("pool-a", MaxUnavailable::Nodes(2))];
+    let queue = |held: &[(&str, i64, &str)]| {
+        let mut ms: Vec<_> = held
+            .iter()
+            .map(|(name, age, node)| nm(name, *age, &[*node]).admitted(&[*node]))
+            .collect();
+        ms.extend(
+            [("q3", 3, "n3"), ("q4", 4, "n4"), ("q5", 5, "n5")]
+                .iter()
+                .filter(|(name, _, _)| !held.iter().any(|(h, _, _)| h == name))
+                .map(|(name, age, node)| nm(name, *age, &[*node])),
+        );
+        admit(&input(nodes(6), budgets(), ms), noon())
+    };
+    let before = queue(&[("m1", 1, "n1"), ("m2", 2, "n2")]);
+    assert!(
+        queued(&before, "q3")
+            .message()
+            .contains("2 are unavailable (n1: maintenance m1, n2: maintenance m2)")
+    );
+    let behind = |out: &AdmissionOutput, name: &str| {
+        let q = queued(out, name);
+        assert_eq!(q.reason(), "BudgetExhausted");
+        q.message()
+    };
+    assert_eq!(
+        behind(&before, "q4"),
+        "Queued: MaintenanceBudget pool-a is kept for the older maintenance q3, which waits for room in it first"
+    );
+    let q5 = behind(&before, "q5");
+    assert!(q5.contains("older maintenance q4"), "{q5}");
+    // m1 gives n1 back and q3 takes it: q4 is first in line, q5's message is unchanged.
+    let after = queue(&[("m2", 2, "n2"), ("q3", 3, "n3")]);
+    assert!(
+        queued(&after, "q4")
+            .message()
+            .contains("n2: maintenance m2, n3: maintenance q3")
+    );
+    assert_eq!(behind(&after, "q5"), q5);
+}
