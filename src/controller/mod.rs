@@ -143,6 +143,7 @@ async fn start(
             daemonset_interceptor: args.daemonset_interceptor,
             interceptor_registration: args.rules.interceptor_registration,
             exclude_from_load_balancers: args.exclude_from_external_load_balancers,
+            status_writes: Default::default(),
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

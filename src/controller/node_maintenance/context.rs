@@ -7,6 +7,7 @@ use std::sync::Arc;
 use kube::{Client, Resource};
 use tracing::warn;
 
+use super::pacing::StatusWrites;
 use super::writes::Error;
 use crate::api::NodeMaintenance;
 use crate::cluster::Caches;
@@ -26,6 +27,8 @@ pub struct Context {
     pub interceptor_registration: crate::api::RegistrationMode,
     /// `--exclude-from-external-load-balancers` (SPEC 6.4): held nodes carry the exclusion label.
     pub exclude_from_load_balancers: bool,
+    /// When each maintenance's status was last written (its progress is paced).
+    pub status_writes: StatusWrites,
 }
 
 /// An event to record on the maintenance once its writes succeeded.

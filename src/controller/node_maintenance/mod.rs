@@ -6,6 +6,7 @@
 //! - [`cordon`]: cordoning a node (remembering its previous flag) and restoring it;
 //! - [`requests`]: which EvictionRequests to create or join while draining, and which to withdraw
 //!   from or delete in Complete;
+//! - [`pacing`]: when a maintenance's status is written (its progress at most once a second);
 //! - [`admitted`]: the admission record and `Admitted` condition (SPEC 6.1), decided by
 //!   [`admit`](crate::drain::admission::admit) in the [`admission`] loop;
 //! - [`gather`]: the selected nodes and the whole-cluster input of
@@ -23,6 +24,7 @@ pub mod exclusion;
 pub mod gather;
 pub mod gauges;
 pub mod nodes;
+pub mod pacing;
 pub mod reconciler;
 pub mod requests;
 pub mod stages;

@@ -34,6 +34,7 @@ use super::gather::{
 };
 use super::gauges::refresh_gauges;
 use super::nodes::{cordon_nodes, daemonset_targeted_nodes, restore_nodes};
+use super::pacing::{StatusWrite, status_write};
 use super::requests::{RequestAction, complete_work, drain_action, requested_for_node};
 use super::stages::{
     Lifecycle, drain_started, finalizers_without_ours, lifecycle, stage_statuses_with,
@@ -293,8 +294,15 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         }
         to_request = Some((mine, pods));
     }
-    if status != old_status {
-        current = writes::write_status(&ctx.client, &current, &status).await?;
+    let name = current.name_any();
+    let mut progress_later = None;
+    match status_write(&old_status, &status, ctx.status_writes.since(&name)) {
+        StatusWrite::Unchanged => {}
+        StatusWrite::Now => {
+            current = writes::write_status(&ctx.client, &current, &status).await?;
+            ctx.status_writes.wrote(&name);
+        }
+        StatusWrite::Later(after) => progress_later = Some(after),
     }
     // Requests only once the status records the targets they follow from: an implicit
     // interceptor (DaemonSet, static pods) acts only for pods a recorded target covers.
@@ -316,16 +324,21 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         writes::set_finalizers(&ctx.client, &current, finalizers_without_ours(&current)).await?;
         return Ok(Requeue::await_change());
     }
-    Ok(match stage {
+    let next = match stage {
         // Looked at again when the next deadline passes, at the latest.
-        Stage::Drain => Requeue::requeue(
+        Stage::Drain => Some(
             deadlines
                 .next
                 .and_then(|t| std::time::Duration::try_from(t.duration_since(now.0)).ok())
                 .map_or(RESYNC, |d| d.min(RESYNC) + Duration::from_millis(100)),
         ),
-        Stage::Complete if !done => Requeue::requeue(RESYNC),
-        _ => Requeue::await_change(),
+        Stage::Complete if !done => Some(RESYNC),
+        _ => None,
+    };
+    // A progress change held back is written at the next look, at the latest after the interval.
+    Ok(match next.into_iter().chain(progress_later).min() {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
     })
 }
 
