@@ -34,8 +34,9 @@ const REPLICASET_GETS_PER_SURGED_POD: usize = 1;
 /// after: 0.)
 const DEPLOYMENT_GETS_PER_SURGED_POD: usize = 1;
 
-/// LISTs of the surged Deployment's pods for the whole drain: their readiness comes from a watch
-/// of that Deployment's pods (its first list, and one more should the watch have to list again).
+/// LISTs of the namespace's pods for the whole drain: the readiness of the surged Deployment's
+/// pods comes from a watch of its namespace's pods (its first list, and one more should the watch
+/// have to list again).
 /// (Measured at 2a8be31: 3; after: 1.)
 const POD_LISTS_PER_SURGED_DEPLOYMENT: usize = 2;
 
@@ -78,8 +79,7 @@ async fn an_hpa_surged_drain_reads_its_workload_from_caches() {
     let replicaset_gets = by_interceptor("get", &format!("{apps}/replicasets/"));
     let deployment_gets = by_interceptor("get", &format!("{apps}/deployments/"));
     let scale_gets = by_interceptor("get", &format!("{apps}/deployments/{}/scale", s.name));
-    // A LIST of the namespace's pods (by label: the Deployment's; the pod cache's lists are
-    // cluster-wide, by node).
+    // A LIST of the namespace's pods (the pod cache's lists are cluster-wide, by node).
     let pod_lists = by_interceptor("list", &format!("/api/v1/namespaces/{ns}/pods"));
     let status_writes = by_interceptor(
         "patch",

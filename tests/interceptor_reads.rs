@@ -46,8 +46,9 @@ const REPLICASET_GETS_PER_SURGED_POD: usize = 1;
 /// has not listed yet. (Before: every look, 38 for 3 surged pods at dfecc97.)
 const DEPLOYMENT_GETS_PER_SURGED_POD: usize = 1;
 
-/// LISTs of a surged Deployment's pods for the whole drain: their readiness comes from a watch
-/// of that Deployment's pods (its first list, and one more should the watch have to list again).
+/// LISTs of the namespace's pods for the whole drain: the readiness of a surged Deployment's pods
+/// comes from a watch of its namespace's pods (its first list, and one more should the watch have
+/// to list again).
 /// (Before: a LIST at every look that found the surge available, 3 at dfecc97.)
 const POD_LISTS_PER_SURGED_DEPLOYMENT: usize = 2;
 
@@ -111,8 +112,8 @@ async fn a_surged_drain_reads_its_pods_from_the_cache() {
     let replicaset_gets = by_interceptor("get", &format!("{apps}/replicasets/"));
     let deployment_gets = by_interceptor("get", &format!("{apps}/deployments/"));
     let deployment_patches = by_interceptor("patch", &format!("{apps}/deployments/"));
-    // A LIST of the namespace's pods by label (the cluster-wide lists by node are the pod
-    // cache's, counted above).
+    // A LIST of the namespace's pods (the cluster-wide lists by node are the pod cache's,
+    // counted above).
     let pod_lists = by_interceptor("list", &format!("/api/v1/namespaces/{ns}/pods"));
     let status_writes = by_interceptor("patch", &requests_path);
     println!(

@@ -1,12 +1,15 @@
 //! The pods of the workloads being surged, for the readiness a surge waits for: one watch per
-//! workload (by its label selector, in its namespace), started the first time a look needs it
-//! and stopped once no look has used it for [`IDLE`], instead of a LIST of the workload's pods at
-//! every look. A drain surges a few workloads at a time, so the cache holds about their pods, and
-//! costs one LIST and one WATCH per surged workload.
+//! namespace holding such workloads, started the first time a look needs it and stopped once no
+//! look has used it for [`IDLE`], instead of a LIST of the workload's pods at every look. Each
+//! surged workload is registered with its namespace's watch (its label selector), and reads
+//! filter the namespace's pods by it. A drain surges a few workloads at a time; one watch serves
+//! every workload of a namespace, so the cost is one LIST and one WATCH per namespace with surged
+//! workloads, not per workload (issue 44: a pool of 350 workloads in one namespace listed and
+//! watched pods about once per intercepted pod).
 //!
-//! Each watch reports its workload's key when the readiness of its pods changes (a pod becomes
-//! ready or unready, starts terminating, appears or goes; [`changed`]), so a request waiting for
-//! the pods themselves is looked at again then, not at its next poll.
+//! Each watch reports the keys of the registered workloads whose pods' readiness changes (a pod
+//! becomes ready or unready, starts terminating, appears, goes, or changes labels; [`changed`]),
+//! so a request waiting for the pods themselves is looked at again then, not at its next poll.
 //!
 //! A cache can only lag: until a watch has listed, a read waits for it a moment ([`LIST_WAIT`])
 //! and then LISTs live, as before the cache; a service account that may not list and watch pods
@@ -14,7 +17,7 @@
 //! [`REFUSAL_RECHECK`](evictord_interceptor::pods::REFUSAL_RECHECK) (a kube-apiserver that has
 //! just restarted refuses for a moment: that must not turn the watches off for good).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,7 +35,8 @@ use tracing::{debug, info, warn};
 use crate::selector::label_selector_matches;
 use evictord_interceptor::pods::{REFUSAL_RECHECK, listed_within, watches_allowed};
 
-/// How long a workload's watch lives without a read using it.
+/// How long a namespace's watch lives, and a workload stays registered with it, without a read
+/// using it.
 pub const IDLE: Duration = Duration::from_secs(120);
 /// How long a read waits for a watch's first list before it LISTs live.
 pub const LIST_WAIT: Duration = Duration::from_secs(5);
@@ -48,7 +52,8 @@ pub struct WorkloadPods {
 
 struct Inner {
     client: Client,
-    watches: Mutex<HashMap<WorkloadKey, PodsWatch>>,
+    /// By namespace.
+    watches: Mutex<HashMap<String, PodsWatch>>,
     changes: mpsc::UnboundedSender<WorkloadKey>,
     /// When kube-apiserver last refused (403) a watch: none starts for
     /// [`REFUSAL_RECHECK`] after.
@@ -62,15 +67,42 @@ impl Drop for Inner {
     }
 }
 
+/// The workloads registered with a namespace's watch: name → (selector, last used).
+type Workloads = Arc<Mutex<HashMap<String, (LabelSelector, Instant)>>>;
+
 struct PodsWatch {
-    selector: LabelSelector,
     store: Store<Pod>,
     stop: CancellationToken,
     used: Instant,
+    workloads: Workloads,
 }
 
-/// What a watch remembers of a pod to tell a change of readiness: ready, terminating.
-type Seen = HashMap<String, (bool, bool)>;
+/// What a watch remembers of a pod to tell a change of readiness: ready, terminating, and its
+/// labels (which workloads it belongs to).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSeen {
+    ready: bool,
+    terminating: bool,
+    labels: BTreeMap<String, String>,
+}
+
+impl PodSeen {
+    fn of(pod: &Pod) -> Self {
+        Self {
+            ready: is_ready(pod),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            labels: pod.labels().clone(),
+        }
+    }
+}
+
+/// What a watch remembers of each pod of its namespace, by UID.
+type Seen = HashMap<String, PodSeen>;
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every change is one call: the data is consistent whatever a panicking holder did.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl WorkloadPods {
     /// No watch yet, and the stream of the keys of the workloads whose pods' readiness changes
@@ -92,85 +124,78 @@ impl WorkloadPods {
         )
     }
 
-    fn watches(&self) -> MutexGuard<'_, HashMap<WorkloadKey, PodsWatch>> {
-        // Every change is one call: the map is consistent whatever a panicking holder did.
-        self.inner.watches.lock().unwrap_or_else(|e| e.into_inner())
+    fn watches(&self) -> MutexGuard<'_, HashMap<String, PodsWatch>> {
+        locked(&self.inner.watches)
     }
 
     /// Whether watches may run at `now` (none for a while after a refusal).
     fn watches_allowed(&self, now: Instant) -> bool {
-        let refused_at = *self
-            .inner
-            .refused_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let refused_at = *locked(&self.inner.refused_at);
         watches_allowed(false, refused_at, REFUSAL_RECHECK, now)
     }
 
-    /// Starts watching the pods of workload `key` (its pods: `selector`) unless that runs;
-    /// stops the watches idle for [`IDLE`]. A changed selector starts the watch again.
+    /// Registers workload `key` (its pods: `selector`) with the watch of its namespace, started
+    /// unless it runs; stops the watches idle for [`IDLE`] and forgets the workloads idle as long.
     pub fn watch(&self, key: &WorkloadKey, selector: &LabelSelector) {
         let now = Instant::now();
         if !self.watches_allowed(now) {
             return;
         }
         let mut watches = self.watches();
-        watches.retain(|(ns, name), w| {
+        watches.retain(|ns, w| {
             let keep = now.duration_since(w.used) < IDLE && !w.stop.is_cancelled();
-            if !keep {
-                debug!(
-                    namespace = ns,
-                    workload = name,
-                    "pod watch of workload idle; stopped"
-                );
+            if keep {
+                locked(&w.workloads).retain(|_, (_, used)| now.duration_since(*used) < IDLE);
+            } else {
+                debug!(namespace = ns, "pod watch of namespace idle; stopped");
                 w.stop.cancel();
             }
             keep
         });
-        if let Some(w) = watches.get_mut(key).filter(|w| w.selector == *selector) {
+        let (ns, name) = key;
+        if let Some(w) = watches.get_mut(ns) {
             w.used = now;
+            locked(&w.workloads).insert(name.clone(), (selector.clone(), now));
             return;
         }
-        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &key.0);
-        let mut config = watcher::Config::default().any_semantic();
-        if let Some(labels) = match_labels(selector) {
-            config = config.labels(&labels);
-        }
+        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), ns);
         let (store, writer) = reflector::store();
-        let stream = watcher(api, config)
+        let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .modify(trim)
             .reflect(writer);
         let stop = self.inner.stop.child_token();
+        let workloads: Workloads = Arc::new(Mutex::new(HashMap::from([(
+            name.clone(),
+            (selector.clone(), now),
+        )])));
         tokio::spawn(drive(
             stream,
-            key.clone(),
-            selector.clone(),
+            ns.clone(),
+            workloads.clone(),
             self.inner.changes.clone(),
             stop.clone(),
             self.inner.refused_at.clone(),
         ));
         debug!(
-            namespace = key.0,
-            workload = key.1,
-            "watching the pods of workload"
+            namespace = ns,
+            workload = name,
+            "watching the pods of the namespace"
         );
-        if let Some(old) = watches.insert(
-            key.clone(),
+        watches.insert(
+            ns.clone(),
             PodsWatch {
-                selector: selector.clone(),
                 store,
                 stop,
                 used: now,
+                workloads,
             },
-        ) {
-            old.stop.cancel();
-        }
+        );
     }
 
     /// The pods of workload `key` (`selector`), trimmed to what readiness reads (metadata,
-    /// the `Ready` condition): from its watch once listed (started here if it does not run),
-    /// else a LIST.
+    /// the `Ready` condition): from its namespace's watch once listed (started here if it does
+    /// not run), else a LIST.
     ///
     /// # Errors
     /// The LIST failed.
@@ -183,7 +208,7 @@ impl WorkloadPods {
         // A refused watch ended: its store is not fed any more.
         let store = self
             .watches()
-            .get(key)
+            .get(&key.0)
             .filter(|w| !w.stop.is_cancelled())
             .map(|w| w.store.clone());
         if let Some(store) = store
@@ -210,7 +235,7 @@ impl WorkloadPods {
             .collect())
     }
 
-    /// How many workloads' pods are watched.
+    /// How many namespaces' pods are watched.
     pub fn watched(&self) -> usize {
         self.watches().len()
     }
@@ -246,16 +271,32 @@ fn trim(pod: &mut Pod) {
     });
 }
 
-/// Whether `pod` (`None`: deleted, with UID `uid`) changes the readiness `seen` remembers (and
-/// remembers it).
-pub fn changed(seen: &mut Seen, uid: &str, pod: Option<&Pod>) -> bool {
-    match pod {
-        None => seen.remove(uid).is_some(),
-        Some(pod) => {
-            let now = (is_ready(pod), pod.metadata.deletion_timestamp.is_some());
-            seen.insert(uid.to_string(), now) != Some(now)
-        }
+/// The workloads among `workloads` whose pods' readiness the pod of UID `uid` moves (`None`:
+/// deleted): those it belonged to before or belongs to now, when its readiness, termination or
+/// labels changed since `seen`, which remembers it.
+pub fn changed<'w>(
+    seen: &mut Seen,
+    uid: &str,
+    pod: Option<&Pod>,
+    workloads: impl IntoIterator<Item = (&'w String, &'w LabelSelector)>,
+) -> Vec<String> {
+    let now = pod.map(PodSeen::of);
+    let before = match &now {
+        Some(n) => seen.insert(uid.to_string(), n.clone()),
+        None => seen.remove(uid),
+    };
+    if before == now {
+        return Vec::new();
     }
+    let belongs = |s: &LabelSelector, p: &Option<PodSeen>| {
+        p.as_ref()
+            .is_some_and(|p| label_selector_matches(s, &p.labels))
+    };
+    workloads
+        .into_iter()
+        .filter(|(_, s)| belongs(s, &before) || belongs(s, &now))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -265,13 +306,13 @@ fn is_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Polls one workload's watch until `stop`, and sends `key` on `changes` when its pods'
-/// readiness changes (and once its first list is in); a 403 stops it and turns every read into
-/// a LIST until [`REFUSAL_RECHECK`] has passed.
+/// Polls one namespace's watch until `stop`, and sends the keys of the registered workloads on
+/// `changes` when their pods' readiness changes (and each of them once the first list is in);
+/// a 403 stops it and turns every read into a LIST until [`REFUSAL_RECHECK`] has passed.
 async fn drive(
     stream: impl Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>,
-    key: WorkloadKey,
-    selector: LabelSelector,
+    namespace: String,
+    workloads: Workloads,
     changes: mpsc::UnboundedSender<WorkloadKey>,
     stop: CancellationToken,
     refused_at: Arc<Mutex<Option<Instant>>>,
@@ -284,34 +325,40 @@ async fn drive(
             () = stop.cancelled() => break,
             item = stream.next() => item,
         };
-        let wake = match item {
+        let registered = || {
+            locked(&workloads)
+                .iter()
+                .map(|(name, (selector, _))| (name.clone(), selector.clone()))
+                .collect::<Vec<_>>()
+        };
+        let wake: Vec<String> = match item {
             Some(Ok(watcher::Event::Init)) => {
                 listing.clear();
-                false
+                Vec::new()
             }
             Some(Ok(watcher::Event::InitApply(pod))) => {
-                if label_selector_matches(&selector, pod.labels()) {
-                    changed(&mut listing, &pod.uid().unwrap_or_default(), Some(&pod));
-                }
-                false
+                listing.insert(pod.uid().unwrap_or_default(), PodSeen::of(&pod));
+                Vec::new()
             }
             Some(Ok(watcher::Event::InitDone)) => {
-                let wake = listing != seen;
+                let moved = listing != seen;
                 seen = std::mem::take(&mut listing);
-                debug!(
-                    namespace = key.0,
-                    workload = key.1,
-                    "pod watch of workload synced"
-                );
-                wake
+                debug!(namespace, "pod watch of namespace synced");
+                if moved {
+                    registered().into_iter().map(|(n, _)| n).collect()
+                } else {
+                    Vec::new()
+                }
             }
             Some(Ok(watcher::Event::Apply(pod))) => {
-                let selected = label_selector_matches(&selector, pod.labels());
+                let r = registered();
                 let uid = pod.uid().unwrap_or_default();
-                changed(&mut seen, &uid, selected.then_some(&pod))
+                changed(&mut seen, &uid, Some(&pod), r.iter().map(|(n, s)| (n, s)))
             }
             Some(Ok(watcher::Event::Delete(pod))) => {
-                changed(&mut seen, &pod.uid().unwrap_or_default(), None)
+                let r = registered();
+                let uid = pod.uid().unwrap_or_default();
+                changed(&mut seen, &uid, None, r.iter().map(|(n, s)| (n, s)))
             }
             Some(Err(e)) if evictord_interceptor::pods::is_forbidden(&e) => {
                 if evictord_interceptor::pods::record_refusal(&refused_at, REFUSAL_RECHECK) {
@@ -325,12 +372,15 @@ async fn drive(
                 break;
             }
             Some(Err(e)) => {
-                warn!(namespace = key.0, workload = key.1, error = %e, "pod watch error; retrying with backoff");
-                false
+                warn!(namespace, error = %e, "pod watch error; retrying with backoff");
+                Vec::new()
             }
             None => break,
         };
-        if wake && changes.send(key.clone()).is_err() {
+        if wake
+            .into_iter()
+            .any(|name| changes.send((namespace.clone(), name)).is_err())
+        {
             break;
         }
     }
@@ -344,8 +394,8 @@ mod tests {
 
     use super::*;
 
-    fn pod(ready: bool, terminating: bool) -> Pod {
-        let mut p = json!({"metadata": {"uid": "u", "labels": {"app": "web"}, "annotations": {"a": "b"}},
+    fn pod_of(app: &str, ready: bool, terminating: bool) -> Pod {
+        let mut p = json!({"metadata": {"uid": "u", "labels": {"app": app}, "annotations": {"a": "b"}},
             "spec": {"containers": []},
             "status": {"phase": "Running", "conditions": [
                 {"type": "PodScheduled", "status": "True"},
@@ -356,25 +406,56 @@ mod tests {
         serde_json::from_value(p).unwrap()
     }
 
-    /// (what was seen of pod "u": ready, terminating), the pod now (`None`: deleted), a change?
+    fn pod(ready: bool, terminating: bool) -> Pod {
+        pod_of("web", ready, terminating)
+    }
+
+    /// A pod "u" as it was seen (app label, ready, terminating) and is now (`None`: deleted):
+    /// the registered workloads (`web`: app=web, `api`: app=api) woken.
     #[rstest]
-    #[case::new_pod(None, Some((false, false)), true)]
-    #[case::same(Some((false, false)), Some((false, false)), false)]
-    #[case::became_ready(Some((false, false)), Some((true, false)), true)]
-    #[case::started_terminating(Some((true, false)), Some((true, true)), true)]
-    #[case::deleted(Some((true, true)), None, true)]
-    #[case::deleted_unseen(None, None, false)]
+    #[case::new_pod(None, Some(("web", false, false)), &["web"])]
+    #[case::same(Some(("web", false, false)), Some(("web", false, false)), &[])]
+    #[case::became_ready(Some(("web", false, false)), Some(("web", true, false)), &["web"])]
+    #[case::started_terminating(Some(("web", true, false)), Some(("web", true, true)), &["web"])]
+    #[case::deleted(Some(("web", true, true)), None, &["web"])]
+    #[case::deleted_unseen(None, None, &[])]
+    #[case::another_workloads_pod(None, Some(("batch", true, false)), &[])]
+    #[case::moved_to_another_workload(Some(("web", true, false)), Some(("api", true, false)), &["api", "web"])]
     fn changed_rows(
-        #[case] before: Option<(bool, bool)>,
-        #[case] now: Option<(bool, bool)>,
-        #[case] expected: bool,
+        #[case] before: Option<(&str, bool, bool)>,
+        #[case] now: Option<(&str, bool, bool)>,
+        #[case] woken: &[&str],
     ) {
+        let selector = |app: &str| -> LabelSelector {
+            serde_json::from_value(json!({"matchLabels": {"app": app}})).unwrap()
+        };
+        let workloads: Vec<(String, LabelSelector)> = ["api", "web"]
+            .iter()
+            .map(|a| (a.to_string(), selector(a)))
+            .collect();
         let mut seen = Seen::new();
-        if let Some(b) = before {
-            seen.insert("u".into(), b);
+        if let Some((app, r, t)) = before {
+            seen.insert("u".into(), PodSeen::of(&pod_of(app, r, t)));
         }
-        let now = now.map(|(r, t)| pod(r, t));
-        assert_eq!(changed(&mut seen, "u", now.as_ref()), expected);
+        let now = now.map(|(app, r, t)| pod_of(app, r, t));
+        let mut got = changed(
+            &mut seen,
+            "u",
+            now.as_ref(),
+            workloads.iter().map(|(n, s)| (n, s)),
+        );
+        got.sort();
+        assert_eq!(got, woken);
+        // Remembered: the same again wakes nobody.
+        assert!(
+            changed(
+                &mut seen,
+                "u",
+                now.as_ref(),
+                workloads.iter().map(|(n, s)| (n, s))
+            )
+            .is_empty()
+        );
     }
 
     #[test]
