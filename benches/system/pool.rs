@@ -76,6 +76,8 @@ pub async fn run(
     // The endpoint controllers too: issue 43's figure watches the Services' endpoints.
     let c = support::control_plane::cluster_with_endpoint_controllers().await;
     support::evictord::install_crds(c).await;
+    // As in every real cluster: an EvictionRequest goes with its pod.
+    support::control_plane::start_garbage_collector(c).await;
     let client = c.client().await;
     unregister_webhooks(&client).await?;
     let mut results = PoolResults {

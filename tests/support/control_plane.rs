@@ -54,6 +54,7 @@ struct Processes {
 static CLUSTER: OnceCell<TestCluster> = OnceCell::const_new();
 static CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
 static ENDPOINT_CONTROLLER_MANAGER: OnceCell<u32> = OnceCell::const_new();
+static GARBAGE_COLLECTOR: OnceCell<u32> = OnceCell::const_new();
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 static EVICTION_AUDIT: AtomicBool = AtomicBool::new(false);
 static REQUEST_AUDIT: AtomicBool = AtomicBool::new(false);
@@ -154,6 +155,18 @@ pub async fn cluster_with_endpoint_controllers() -> &'static TestCluster {
 /// The kube-controller-manager controllers of [`cluster_with_endpoint_controllers`].
 pub const ENDPOINT_CONTROLLERS: &str = "endpoint,endpointslice";
 
+/// Starts, once per process, kube-controller-manager's garbage collector in a process of its own,
+/// as every real cluster runs it: an object whose owners are all gone is deleted (an
+/// EvictionRequest once its pod is gone). Call it once the CRDs are installed, so that its first
+/// discovery finds them. Opt-in: the tests run without it, so that what they read stays.
+pub async fn start_garbage_collector(c: &TestCluster) {
+    GARBAGE_COLLECTOR
+        .get_or_init(|| async {
+            spawn_controller_manager(c, "garbagecollector", "kube-controller-manager-gc")
+        })
+        .await;
+}
+
 /// Pauses the endpoint controllers of [`cluster_with_endpoint_controllers`] (SIGSTOP) until the
 /// returned guard is resumed or dropped (SIGCONT): Endpoints and EndpointSlices stay as they are
 /// meanwhile.
@@ -212,11 +225,15 @@ impl Drop for ControllersPaused {
     }
 }
 
-/// Stops the kube-controller-managers of [`cluster_with_controller_manager`] and
-/// [`cluster_with_endpoint_controllers`] (SIGTERM), for a
+/// Stops the kube-controller-managers of [`cluster_with_controller_manager`],
+/// [`cluster_with_endpoint_controllers`] and [`start_garbage_collector`] (SIGTERM), for a
 /// benchmark whose later parts measure without it; it is not started again in this process.
 pub fn stop_controller_manager() {
-    for kcm in [&CONTROLLER_MANAGER, &ENDPOINT_CONTROLLER_MANAGER] {
+    for kcm in [
+        &CONTROLLER_MANAGER,
+        &ENDPOINT_CONTROLLER_MANAGER,
+        &GARBAGE_COLLECTOR,
+    ] {
         if let Some(pid) = kcm.get() {
             send_signal(*pid, "TERM");
         }
