@@ -1,8 +1,9 @@
 //! How often a maintenance's status is written (issue 44): a change of its progress alone — the
-//! per-node counts of pods pending evacuation and evacuating, and the drain messages that tell
-//! them — at most once per [`PROGRESS_INTERVAL`]; every other change (stages, plan position,
-//! drain targets, admission, conditions, deadlines, skipped and waited-for pods) at once, since
-//! requests, budgets and users act on those.
+//! per-node counts of pods pending evacuation and evacuating, the drain messages that tell them,
+//! and the pods each node's line lists (skipped, waited for, unmanaged, with local data: they
+//! shrink as pods leave) — at most once per [`PROGRESS_INTERVAL`]; every other change (stages,
+//! plan position, drain targets, admission, conditions, deadlines) at once, since requests,
+//! budgets and users act on those.
 //!
 //! A drain moves a node's pods one by one, so without this a maintenance of one node wrote its
 //! status about once per pod; each write also wakes every other draining maintenance.
@@ -55,6 +56,10 @@ fn without_progress(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
         node.pods_pending_evacuation = 0;
         node.pods_evacuating = 0;
         node.drain_message.clear();
+        node.skipped_pods.clear();
+        node.waiting_pods.clear();
+        node.unmanaged_pods.clear();
+        node.local_data_pods.clear();
     }
     s
 }
@@ -140,6 +145,17 @@ mod tests {
     ) {
         let old = status(2, 1, "Evacuating", 1);
         assert_eq!(status_write(&old, &new, since), expect);
+    }
+
+    #[test]
+    fn a_pod_list_alone_waits_too() {
+        let old = status(2, 1, "Evacuating", 1);
+        let mut new = status(1, 1, "Evacuating", 1);
+        new.node_statuses[0].unmanaged_pods = vec!["ns/p1".into()];
+        assert_eq!(
+            status_write(&old, &new, Some(MS(200))),
+            StatusWrite::Later(MS(800))
+        );
     }
 
     #[test]

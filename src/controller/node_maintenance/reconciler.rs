@@ -299,6 +299,7 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     match status_write(&old_status, &status, ctx.status_writes.since(&name)) {
         StatusWrite::Unchanged => {}
         StatusWrite::Now => {
+            debug!(ops = ?writes::status_ops(Some(&old_status), &status), "writing the status");
             current = writes::write_status(&ctx.client, &current, &status).await?;
             ctx.status_writes.wrote(&name);
         }
