@@ -77,7 +77,9 @@ pub async fn run(
     let c = support::control_plane::cluster_with_endpoint_controllers().await;
     support::evictord::install_crds(c).await;
     // As in every real cluster: an EvictionRequest goes with its pod.
-    support::control_plane::start_garbage_collector(c).await;
+    if p.garbage_collector {
+        support::control_plane::start_garbage_collector(c).await;
+    }
     let client = c.client().await;
     unregister_webhooks(&client).await?;
     let mut results = PoolResults {
@@ -91,6 +93,7 @@ pub async fn run(
         start_delay_seconds: p.start_delay.as_secs_f64(),
         grace_seconds: p.grace.as_secs_f64(),
         hpa_sync_seconds: p.hpa_sync.as_secs_f64(),
+        garbage_collector: p.garbage_collector,
         kubectl_flags: KUBECTL_DRAIN_FLAGS.iter().map(|f| f.to_string()).collect(),
         evictord_flags: p.evictord_flags.clone(),
         served: p.served.clone(),

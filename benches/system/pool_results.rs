@@ -176,6 +176,8 @@ pub struct PoolResults {
     pub grace_seconds: f64,
     /// The HorizontalPodAutoscaler controller's sync period, seconds.
     pub hpa_sync_seconds: f64,
+    /// Whether kube-controller-manager's garbage collector ran.
+    pub garbage_collector: bool,
     pub kubectl_flags: Vec<String>,
     pub evictord_flags: Vec<String>,
     pub served: Vec<String>,

@@ -41,6 +41,7 @@
 //! | `EVICTORD_BENCH_POOL_GRACE` | `2` | seconds a deleted pod takes to go (played kubelet; a pod's own shorter grace period wins) |
 //! | `EVICTORD_BENCH_POOL_SERVED` | `deployment.apps.k8s.io,horizontalpodautoscaler.autoscaling.k8s.io` | the interceptors the evictord under test serves (others are left out of the pods' annotation) |
 //! | `EVICTORD_BENCH_POOL_EVICTORD_FLAGS` | empty (the shipped defaults) | extra `evictord serve` flags of the pool part, space-separated |
+//! | `EVICTORD_BENCH_POOL_GC` | `1` | `1`: the pool runs kube-controller-manager's garbage collector, as every cluster does (an EvictionRequest goes with its pod); `0`: not (as before issue 44's runs of 2026-11-27 evening, for comparison) |
 //! | `EVICTORD_BENCH_POOL_IDLE` | `30` | seconds of the idle baseline before each evictord mode's drain: evictord's requests on the settled pool with nothing to do (its watches and lease), counted per second (issue 44); `0`: none |
 
 use std::collections::BTreeSet;
@@ -178,6 +179,11 @@ impl Settings {
                 .map(str::to_string)
                 .collect(),
             idle: Duration::from_secs_f64(var("EVICTORD_BENCH_POOL_IDLE", "30").parse()?),
+            garbage_collector: match var("EVICTORD_BENCH_POOL_GC", "1").as_str() {
+                "1" => true,
+                "0" => false,
+                other => anyhow::bail!("EVICTORD_BENCH_POOL_GC must be 0 or 1, not {other:?}"),
+            },
         };
         anyhow::ensure!(runs >= 1, "EVICTORD_BENCH_RUNS must be at least 1");
         anyhow::ensure!(
@@ -273,6 +279,8 @@ pub struct PoolSettings {
     pub evictord_flags: Vec<String>,
     /// The idle baseline's window before an evictord mode's drain (issue 44).
     pub idle: Duration,
+    /// Whether the pool runs kube-controller-manager's garbage collector.
+    pub garbage_collector: bool,
 }
 
 impl PoolSettings {
