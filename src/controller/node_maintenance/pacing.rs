@@ -70,7 +70,8 @@ fn without_progress(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
 pub struct StatusWrites(Mutex<HashMap<String, Instant>>);
 
 impl StatusWrites {
-    /// The time since the last write of `name`'s status, if within the interval.
+    /// The time since the last write of `name`'s status, while its entry is kept (entries older
+    /// than the interval may be dropped by a later [`wrote`](Self::wrote)).
     pub fn since(&self, name: &str) -> Option<Duration> {
         let map = self.0.lock().ok()?;
         map.get(name).map(Instant::elapsed)
