@@ -19,6 +19,7 @@ use evictord::interceptor::{BoxError, Interceptor, Progress, Runner, Settings};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
+use support::audit::requests;
 use support::fixtures::{create_eviction_request, pod};
 use support::interceptor::now;
 use support::tools::kubectl;
@@ -37,6 +38,9 @@ const T: Duration = Duration::from_secs(60);
 const RUNNER_SA: (&str, &str) = ("registration-system", "runner");
 
 async fn setup(prefix: &str) -> (Client, String) {
+    // Every test of this binary starts here: the control plane writes the audit log that
+    // `runner_registers_and_a_stopped_runner_keeps_the_deadline` reads.
+    support::control_plane::cluster_with_request_audit().await;
     let e = support::evictord::shared(ARGS).await;
     let c = support::cluster().await;
     let client = c.client().await;
@@ -262,9 +266,41 @@ async fn runner_registers_and_a_stopped_runner_keeps_the_deadline() {
     );
     assert!(s.interceptor(&name).unwrap().completion_time.is_some());
 
-    // The runner stops; its registration stays. A new request waits past the grace.
+    // Renewed at least once more (its heartbeat moved), then the runner stops; its
+    // registration stays. A new request waits past the grace.
+    let first = registered.status.and_then(|s| s.heartbeat_time);
+    until(T, "the runner's registration renewed again", || async {
+        let evi = evis.get_opt(&name).await.ok()??;
+        (evi.status?.heartbeat_time != first).then_some(())
+    })
+    .await;
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+
+    // Each renewal (one a second here) was one PATCH of the status: the registration is read by
+    // nobody, so a renewal never GETs it first (issue 44).
+    let log = support::cluster()
+        .await
+        .request_audit
+        .clone()
+        .expect("audit log");
+    let runner_user = sa_user(RUNNER_SA);
+    let on_registration: Vec<_> = requests(&log)
+        .into_iter()
+        .filter(|r| r.user == runner_user && r.resource.starts_with("evictioninterceptors"))
+        .map(|r| (r.verb, r.resource, r.code))
+        .collect();
+    let renewals = on_registration
+        .iter()
+        .filter(|(verb, resource, code)| {
+            verb == "patch" && resource == "evictioninterceptors/status" && *code == 200
+        })
+        .count();
+    assert!(renewals >= 2, "{on_registration:?}");
+    assert!(
+        !on_registration.iter().any(|(verb, _, _)| verb == "get"),
+        "the runner read its registration: {on_registration:?}"
+    );
     let p = pod("waiting")
         .interceptors(&[&name])
         .create(&client, &ns)

@@ -106,37 +106,49 @@ pub async fn keep_registered(
     }
 }
 
-/// Creates the object when missing, then renews its heartbeat. `Ok(true)` when it was created.
+/// Renews the heartbeat, creating the object first when it is missing (a renewal is one PATCH;
+/// the object is read by nobody). `Ok(true)` when it was created.
 async fn renew(
     api: &Api<EvictionInterceptor>,
     name: &str,
     accounts: &[ServiceAccountReference],
     runner: &str,
 ) -> Result<bool, String> {
-    let created = match api.get_opt(name).await {
-        Ok(Some(_)) => false,
-        Ok(None) => {
-            let obj = EvictionInterceptor::new(
-                name,
-                EvictionInterceptorSpec {
-                    service_accounts: accounts.to_vec(),
-                },
-            );
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => true,
-                // Another runner of the same interceptor was first.
-                Err(kube::Error::Api(s)) if s.code == 409 => false,
-                Err(e) => return Err(describe("creating", name, &e)),
-            }
-        }
-        Err(e) => return Err(describe("reading", name, &e)),
+    match heartbeat(api, name, runner).await {
+        Ok(()) => return Ok(false),
+        // Missing (or its CRD is: creating it says which).
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(describe("renewing the heartbeat of", name, &e)),
+    }
+    let obj = EvictionInterceptor::new(
+        name,
+        EvictionInterceptorSpec {
+            service_accounts: accounts.to_vec(),
+        },
+    );
+    let created = match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => true,
+        // Another runner of the same interceptor was first.
+        Err(kube::Error::Api(s)) if s.code == 409 => false,
+        Err(e) => return Err(describe("creating", name, &e)),
     };
+    heartbeat(api, name, runner)
+        .await
+        .map_err(|e| describe("renewing the heartbeat of", name, &e))?;
+    Ok(created)
+}
+
+/// Writes `status.heartbeatTime` (now, whole seconds) and `status.runner`.
+async fn heartbeat(
+    api: &Api<EvictionInterceptor>,
+    name: &str,
+    runner: &str,
+) -> Result<(), kube::Error> {
     let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::now());
     let patch = json!({"status": {"heartbeatTime": now.to_string(), "runner": runner}});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| describe("renewing the heartbeat of", name, &e))?;
-    Ok(created)
+        .map(|_| ())
 }
 
 fn describe(what: &str, name: &str, e: &kube::Error) -> String {
@@ -145,7 +157,7 @@ fn describe(what: &str, name: &str, e: &kube::Error) -> String {
             "{what} EvictionInterceptor {name}: the EvictionInterceptor CRD is not installed (apply the chart's crds/)"
         ),
         kube::Error::Api(s) if s.code == 403 => format!(
-            "{what} EvictionInterceptor {name}: forbidden ({}); grant the runner's account get/create on \
+            "{what} EvictionInterceptor {name}: forbidden ({}); grant the runner's account create on \
              evictioninterceptors and patch on evictioninterceptors/status, or have an administrator create it",
             s.message
         ),
