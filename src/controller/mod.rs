@@ -31,6 +31,11 @@ pub(crate) fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 409 || s.code == 422)
 }
 
+/// True when the object of a write is gone (404): deleted meanwhile, nothing left to write.
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
 /// The requeue after a failed reconcile, shared by the controllers: a conflict is retried at
 /// once, anything else after a short pause; both count as a retry in the metrics.
 pub(crate) fn requeue_after_error(

@@ -145,13 +145,15 @@ fn retries_allowed(caches: Arc<Caches>) -> impl Stream<Item = ObjectRef<Eviction
 }
 
 fn error_policy(_req: Arc<EvictionRequest>, error: &Error, _ctx: Arc<Context>) -> Requeue {
-    let conflict = match error {
-        Error::Status(_, e)
-        | Error::Labels(_, e)
-        | Error::Requesters(_, e)
-        | Error::Delete(_, e) => crate::controller::is_conflict(e),
-    };
-    crate::controller::requeue_after_error(CONTROLLER, conflict, error)
+    let (Error::Status(_, e) | Error::Labels(_, e) | Error::Requesters(_, e) | Error::Delete(_, e)) =
+        error;
+    // Every write is to the request itself: gone means deleted meanwhile (by the garbage
+    // collector once its pod is gone, or by a user), and its deletion ends its reconciles.
+    if crate::controller::is_not_found(e) {
+        debug!(%error, "the request was deleted meanwhile; nothing left to write");
+        return Requeue::await_change();
+    }
+    crate::controller::requeue_after_error(CONTROLLER, crate::controller::is_conflict(e), error)
 }
 
 async fn reconcile(req: Arc<EvictionRequest>, ctx: Arc<Context>) -> Result<Requeue, Error> {

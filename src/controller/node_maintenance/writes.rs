@@ -62,10 +62,6 @@ fn json_patch(ops: Value) -> Patch<()> {
     Patch::Json(serde_json::from_value(ops).unwrap_or_default())
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
 /// Writes the finalizer list of the maintenance (to add or remove ours).
 pub async fn set_finalizers(
     client: &Client,
@@ -174,7 +170,7 @@ pub async fn read_for_admission(
         .await
     {
         Ok(list) => list.items,
-        Err(e) if is_not_found(&e) => Vec::new(),
+        Err(e) if crate::controller::is_not_found(&e) => Vec::new(),
         Err(e) => return Err(Error::AdmissionRead("MaintenanceBudgets", e)),
     };
     Ok((maintenances, budgets))
@@ -228,7 +224,7 @@ pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Re
             ]));
             match api.patch(name, &PatchParams::default(), &patch).await {
                 Ok(_) => Ok(()),
-                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) if crate::controller::is_not_found(&e) => Ok(()),
                 Err(e) => Err(Error::Request(verb, key(namespace, name), e)),
             }
         }
@@ -236,7 +232,7 @@ pub async fn apply_request_action(client: &Client, action: &RequestAction) -> Re
             let api: Api<EvictionRequest> = Api::namespaced(client.clone(), namespace);
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => Ok(()),
-                Err(e) if is_not_found(&e) => Ok(()),
+                Err(e) if crate::controller::is_not_found(&e) => Ok(()),
                 Err(e) => Err(Error::Request("deleting", key(namespace, name), e)),
             }
         }
