@@ -16,7 +16,7 @@ use crate::api::NodeMaintenanceStatus;
 
 /// The shortest time between two writes of a maintenance's status that change its progress
 /// alone.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
 
 /// What to do with a newly computed status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,19 +119,19 @@ mod tests {
     #[case::unchanged(status(2, 1, "Evacuating", 1), Some(MS(10)), StatusWrite::Unchanged)]
     #[case::progress_after_the_interval(
         status(1, 2, "Evacuating: 3 pods", 1),
-        Some(MS(1000)),
+        Some(PROGRESS_INTERVAL),
         StatusWrite::Now
     )]
     #[case::progress_first_write_since_start(status(1, 2, "Evacuating", 1), None, StatusWrite::Now)]
     #[case::progress_too_soon_waits(
         status(1, 2, "Evacuating", 1),
         Some(MS(300)),
-        StatusWrite::Later(MS(700))
+        StatusWrite::Later(PROGRESS_INTERVAL - MS(300))
     )]
     #[case::message_alone_too_soon_waits(
         status(2, 1, "Evacuating: 2 pods", 1),
         Some(MS(0)),
-        StatusWrite::Later(MS(1000))
+        StatusWrite::Later(PROGRESS_INTERVAL)
     )]
     #[case::targets_changed_at_once(status(2, 1, "Evacuating", 2), Some(MS(10)), StatusWrite::Now)]
     #[case::targets_and_counts_changed_at_once(
@@ -155,7 +155,7 @@ mod tests {
         new.node_statuses[0].unmanaged_pods = vec!["ns/p1".into()];
         assert_eq!(
             status_write(&old, &new, Some(MS(200))),
-            StatusWrite::Later(MS(800))
+            StatusWrite::Later(PROGRESS_INTERVAL - MS(200))
         );
     }
 
