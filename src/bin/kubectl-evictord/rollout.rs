@@ -546,9 +546,13 @@ async fn act_on(
                         signal: None,
                     };
                     view.say(&format!("node {n}: cannot start the step: {e}"));
-                    w::update_record(client, &watches.written, &m, |_| {
-                        Some(finish(&record, exit, Timestamp::now()))
-                    })
+                    w::update_record(
+                        client,
+                        &watches.written,
+                        &m,
+                        watches.maintenance(&m),
+                        |_| Some(finish(&record, exit, Timestamp::now())),
+                    )
                     .await?;
                     return Ok(Some(Failure {
                         node: n.to_string(),
@@ -572,11 +576,17 @@ async fn step_ended(
     view: &View,
 ) -> Result<Option<Failure>> {
     let m = maintenance_name(rollout, node);
-    w::update_record(client, &watches.written, &m, |current| {
-        current
-            .filter(|r| r.state == StepState::Running)
-            .map(|r| finish(r, exit, Timestamp::now()))
-    })
+    w::update_record(
+        client,
+        &watches.written,
+        &m,
+        watches.maintenance(&m),
+        |current| {
+            current
+                .filter(|r| r.state == StepState::Running)
+                .map(|r| finish(r, exit, Timestamp::now()))
+        },
+    )
     .await?;
     if exit.success() {
         view.say(&format!("node {node}: step succeeded"));

@@ -202,6 +202,14 @@ impl Watches {
         }
     }
 
+    /// The maintenance `name` as the store holds it, when the store shows every write of the
+    /// rollout's to it; else `None` (the caller reads it live).
+    pub fn maintenance(&self, name: &str) -> Option<NodeMaintenance> {
+        let cached = self.maintenances.get(&ObjectRef::new(name))?;
+        let version = cached.metadata.resource_version.as_deref();
+        (!self.written.behind(name, version)).then(|| (*cached).clone())
+    }
+
     /// The rollout's budget as the store holds it (what the view shows); `None` until the
     /// store has listed (then the caller gets it).
     pub fn budget(&self) -> Option<Option<MaintenanceBudget>> {

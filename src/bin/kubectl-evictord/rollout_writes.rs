@@ -233,19 +233,25 @@ pub async fn write_record(
     }
 }
 
-/// Writes a record computed from the maintenance's current one by `next` (read again after a
-/// lost race). `next` returns `None` when there is nothing to write.
+/// Writes a record computed from the maintenance's current one by `next`: first over `cached`
+/// (the watch's copy, when it shows the rollout's own writes), read again live after a lost
+/// race or without one. `next` returns `None` when there is nothing to write.
 pub async fn update_record(
     client: &Client,
     written: &OwnWrites,
     name: &str,
+    cached: Option<NodeMaintenance>,
     next: impl Fn(Option<&StepRecord>) -> Option<StepRecord>,
 ) -> Result<()> {
+    let mut cached = cached;
     for _ in 0..TRIES {
-        let nm = maintenances(client)
-            .get(name)
-            .await
-            .map_err(|e| api_error(Access::new("get", MAINTENANCES).named(name), e))?;
+        let nm = match cached.take() {
+            Some(nm) => nm,
+            None => maintenances(client)
+                .get(name)
+                .await
+                .map_err(|e| api_error(Access::new("get", MAINTENANCES).named(name), e))?,
+        };
         let current = StepRecord::read(&nm).map_err(Error::StepRecord)?;
         let Some(record) = next(current.as_ref()) else {
             return Ok(());
