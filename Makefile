@@ -176,7 +176,7 @@ chaos:
 ## cached outside the repository); the invariants are checked every 200 ms the whole run
 ## (tests/soak.rs, docs/src/reliability.md "The soak"). About ten minutes once built. Knobs:
 ## SOAK_SEED (reproduce a run; default: the clock), SOAK_FAULTS (default 32; more runs longer).
-SOAK_OLD_COMMIT ?= 06aeac2
+SOAK_OLD_COMMIT ?= 7b90608
 soak:
 	export KUBEBUILDER_ASSETS="$$(tests/tools/envtest.sh)" EVICTORD_TEST_LOG="$${EVICTORD_TEST_LOG:-warn,evictord=info}"; \
 	export EVICTORD_TOOLS="$$(tests/tools/helm-kubectl.sh)"; \
