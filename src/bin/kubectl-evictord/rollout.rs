@@ -576,18 +576,12 @@ async fn step_ended(
     view: &View,
 ) -> Result<Option<Failure>> {
     let m = maintenance_name(rollout, node);
-    w::update_record(
-        client,
-        &watches.written,
-        &m,
-        watches.maintenance(&m),
-        |current| {
-            current
-                .filter(|r| r.state == StepState::Running)
-                .map(|r| finish(r, exit, Timestamp::now()))
-        },
-    )
-    .await?;
+    let ended = |current: Option<&StepRecord>| {
+        current
+            .filter(|r| r.state == StepState::Running)
+            .map(|r| finish(r, exit, Timestamp::now()))
+    };
+    w::update_record(client, &watches.written, &m, watches.maintenance(&m), ended).await?;
     if exit.success() {
         view.say(&format!("node {node}: step succeeded"));
         Ok(None)
