@@ -546,14 +546,10 @@ async fn act_on(
                         signal: None,
                     };
                     view.say(&format!("node {n}: cannot start the step: {e}"));
-                    w::update_record(
-                        client,
-                        &watches.written,
-                        &m,
-                        watches.maintenance(&m),
-                        |_| Some(finish(&record, exit, Timestamp::now())),
-                    )
-                    .await?;
+                    // Over the maintenance as just written: the watch has not shown it yet.
+                    let failed =
+                        |_: Option<&StepRecord>| Some(finish(&record, exit, Timestamp::now()));
+                    w::update_record(client, &watches.written, &m, Some(written), failed).await?;
                     return Ok(Some(Failure {
                         node: n.to_string(),
                         maintenance: m,

@@ -234,16 +234,15 @@ pub async fn write_record(
 }
 
 /// Writes a record computed from the maintenance's current one by `next`: first over `cached`
-/// (the watch's copy, when it shows the rollout's own writes), read again live after a lost
-/// race or without one. `next` returns `None` when there is nothing to write.
+/// (a copy that shows the rollout's own writes: the watch's, or the one just written), read
+/// again live after a lost race or without one. `next` returns `None` when there is nothing to write.
 pub async fn update_record(
     client: &Client,
     written: &OwnWrites,
     name: &str,
-    cached: Option<NodeMaintenance>,
+    mut cached: Option<NodeMaintenance>,
     next: impl Fn(Option<&StepRecord>) -> Option<StepRecord>,
 ) -> Result<()> {
-    let mut cached = cached;
     for _ in 0..TRIES {
         let nm = match cached.take() {
             Some(nm) => nm,
