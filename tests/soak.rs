@@ -206,7 +206,17 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         })
         .to_string()
     };
+    // A delete by another client that passed a failed webhook, before the violations.
+    let delete = serde_json::json!({
+        "stage": "ResponseComplete", "verb": "delete",
+        "objectRef": {"resource": "pods", "namespace": "ns", "name": "d3-b"},
+        "userAgent": "kubectl/v1.35.0", "responseStatus": {"code": 200},
+        "requestReceivedTimestamp": at(-5),
+        "annotations": {"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "pods.evictord.dev"},
+    })
+    .to_string();
     let lines = [
+        delete,
         call("d3-a", "a", 1),
         call("d3-a", "a", 2),
         call("d3-b", "b", 3),
@@ -251,6 +261,16 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         "{text:#?}"
     );
     assert!(text[1].contains("PDB floor broken"), "{text:#?}");
+    // Each violation of a workload names who removed its pods just before.
+    assert!(
+        violations[0]
+            .removals
+            .iter()
+            .any(|r| r.contains("delete d3-b by \"kubectl/v1.35.0\"")
+                && r.contains("webhook failed open: pods.evictord.dev")),
+        "{:#?}",
+        violations[0].removals
+    );
     assert!(
         text.iter().any(|t| t.contains("evicted twice by evictord")),
         "{text:#?}"
@@ -536,7 +556,14 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
     }
     let violated = violations
         .iter()
-        .map(|v| format!("  at {:.1} s: {}", v.t, v.what))
+        .map(|v| {
+            let removals: String = v
+                .removals
+                .iter()
+                .map(|r| format!("\n    removed before: {r}"))
+                .collect();
+            format!("  at {:.1} s: {}{removals}", v.t, v.what)
+        })
         .collect::<Vec<_>>()
         .join("\n");
     assert!(

@@ -8,7 +8,10 @@
 //! StatefulSet pod of the same name by when each was first seen), and no eviction by a replica
 //! that was not the leader (the identity in its user agent against the leadership changes in
 //! every replica's log: another replica had acquired the lease later). A violation is recorded
-//! with when it happened and the objects involved.
+//! with when it happened and the objects involved, and, once the checker stops, with every
+//! removal of those pods that kube-apiserver's audit log shows in the 30 s before it (Eviction
+//! API calls and deletes: who, when, the answer, and whether a webhook failed open), so that a
+//! failed soak run says who let a pod go.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
@@ -33,6 +36,56 @@ pub struct Violation {
     /// Seconds since the checker started.
     pub t: f64,
     pub what: String,
+    /// When it was found.
+    pub at: SystemTime,
+    /// The removals of the pods it names in the 30 s before (filled when the checker stops).
+    pub removals: Vec<String>,
+}
+
+/// How far back the removals of a violation's pods are looked up.
+const REMOVALS_BEFORE: Duration = Duration::from_secs(30);
+
+/// One removal of a pod of the namespace in the audit log: an Eviction API call or a delete.
+#[derive(Clone, Debug)]
+struct Removal {
+    received: SystemTime,
+    pod: String,
+    verb: &'static str,
+    user_agent: String,
+    code: u64,
+    /// The admission webhooks that failed open on this call (audit annotations `failed-open.*`).
+    failed_open: Vec<String>,
+}
+
+impl Removal {
+    fn describe(&self) -> String {
+        let failed = if self.failed_open.is_empty() {
+            String::new()
+        } else {
+            format!(", webhook failed open: {}", self.failed_open.join(", "))
+        };
+        format!(
+            "{} {} {} by {:?} answered {}{failed}",
+            jiff::Timestamp::try_from(self.received)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            self.verb,
+            self.pod,
+            self.user_agent,
+            self.code
+        )
+    }
+}
+
+/// The removals of pods named in `what` received in the [`REMOVALS_BEFORE`] before `at` (and
+/// up to 2 s after: the audit line of a call is written when it completes).
+fn removals_for(removals: &[Removal], what: &str, at: SystemTime) -> Vec<String> {
+    removals
+        .iter()
+        .filter(|r| r.received + REMOVALS_BEFORE >= at && r.received <= at + Duration::from_secs(2))
+        .filter(|r| !r.pod.is_empty() && what.contains(&format!("{} (", r.pod)))
+        .map(Removal::describe)
+        .collect()
 }
 
 /// What the checker counted.
@@ -85,6 +138,7 @@ impl Checker {
             audit_offset: 0,
             partial: String::new(),
             evicted: HashMap::new(),
+            removals: Vec::new(),
             violations: violations.clone(),
             counts: counts.clone(),
             found: found.clone(),
@@ -115,6 +169,10 @@ impl Checker {
             // The audit log's last calls.
             tokio::time::sleep(Duration::from_secs(2)).await;
             state.read_audit();
+            let mut violations = state.violations.lock().unwrap();
+            for v in violations.iter_mut() {
+                v.removals = removals_for(&state.removals, &v.what, v.at);
+            }
         });
         Checker {
             stop,
@@ -153,6 +211,8 @@ struct State {
     partial: String,
     /// Pod UID → the 2xx evictions by evictord (when, user agent).
     evicted: HashMap<String, Vec<(SystemTime, String)>>,
+    /// Every removal of a pod of the namespace, in the order read.
+    removals: Vec<Removal>,
     violations: Arc<Mutex<Vec<Violation>>>,
     counts: Arc<Mutex<Counts>>,
     found: Arc<AtomicUsize>,
@@ -167,7 +227,12 @@ impl State {
     fn violate(&mut self, what: String) {
         let t = self.t();
         eprintln!("SOAK VIOLATION at {t:.1} s: {what}");
-        self.violations.lock().unwrap().push(Violation { t, what });
+        self.violations.lock().unwrap().push(Violation {
+            t,
+            what,
+            at: SystemTime::now(),
+            removals: Vec::new(),
+        });
         self.found.fetch_add(1, Ordering::Release);
     }
 
@@ -321,33 +386,25 @@ impl State {
         self.partial = lines.pop().unwrap_or_default().to_string();
         let mut calls = Vec::new();
         for line in lines {
-            if !line.contains("\"eviction\"") {
+            let delete = line.contains("\"verb\":\"delete\"") && line.contains("\"pods\"");
+            if !(delete || line.contains("\"eviction\"")) {
                 continue;
             }
             let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
             };
-            if matches!(event["stage"].as_str(), Some("ResponseComplete" | "Panic"))
-                && event["verb"] == "create"
-                && event["objectRef"]["resource"] == "pods"
-                && event["objectRef"]["subresource"] == "eviction"
-                && event["objectRef"]["namespace"] == self.inputs.namespace.as_str()
-            {
-                let received = event["requestReceivedTimestamp"]
-                    .as_str()
-                    .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-                    .map(SystemTime::from)
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
+            let Some(removal) = removal(&event, &self.inputs.namespace) else {
+                continue;
+            };
+            if removal.verb == "evict" {
                 calls.push((
-                    event["objectRef"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    event["userAgent"].as_str().unwrap_or_default().to_string(),
-                    event["responseStatus"]["code"].as_u64().unwrap_or(500),
-                    received,
+                    removal.pod.clone(),
+                    removal.user_agent.clone(),
+                    removal.code,
+                    removal.received,
                 ));
             }
+            self.removals.push(removal);
         }
         if calls.is_empty() {
             return;
@@ -411,6 +468,42 @@ impl State {
             })
             .map_or_else(|| format!("{name}@unseen"), |(_, uid)| uid.clone())
     }
+}
+
+/// The removal of a pod of `namespace` an audit event records (its last stage only): an
+/// Eviction API call (`evict`) or a delete.
+fn removal(event: &serde_json::Value, namespace: &str) -> Option<Removal> {
+    let done = matches!(event["stage"].as_str(), Some("ResponseComplete" | "Panic"));
+    let object = &event["objectRef"];
+    if !done || object["resource"] != "pods" || object["namespace"] != namespace {
+        return None;
+    }
+    let verb = match (event["verb"].as_str(), object["subresource"].as_str()) {
+        (Some("create"), Some("eviction")) => "evict",
+        (Some("delete"), None) => "delete",
+        _ => return None,
+    };
+    let failed_open = event["annotations"]
+        .as_object()
+        .map(|a| {
+            a.iter()
+                .filter(|(k, _)| k.starts_with("failed-open."))
+                .map(|(_, v)| v.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Removal {
+        received: event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+            .map(SystemTime::from)
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+        pod: object["name"].as_str().unwrap_or_default().to_string(),
+        verb,
+        user_agent: event["userAgent"].as_str().unwrap_or_default().to_string(),
+        code: event["responseStatus"]["code"].as_u64().unwrap_or(500),
+        failed_open,
+    })
 }
 
 /// The replica identity in an evictord user agent (`evictord/<version> (<component>;
