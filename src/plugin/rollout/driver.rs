@@ -14,10 +14,11 @@ use crate::api::MaintenanceBudget;
 
 /// Annotation on a rollout's budget: the process driving it (JSON).
 pub const ROLLOUT_DRIVER_ANNOTATION: &str = "evictord.dev/rollout-driver";
-/// How often the driver renews its record.
-pub const RENEW_EVERY: Duration = Duration::from_secs(10);
-/// A record not renewed for this long is taken over.
-pub const STALE_AFTER: Duration = Duration::from_secs(30);
+/// How often the driver renews its record. Each renewal is a write of the budget, which every
+/// watch of budgets (evictord's) receives: a rollout of minutes to hours needs no finer lease.
+pub const RENEW_EVERY: Duration = Duration::from_secs(30);
+/// A record not renewed for this long is taken over (three renewals missed).
+pub const STALE_AFTER: Duration = Duration::from_secs(90);
 
 /// A process driving a rollout.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -85,7 +86,7 @@ pub fn may_drive(
     let Some(c) = current else {
         return Ok(());
     };
-    let stale = SignedDuration::try_from(STALE_AFTER).unwrap_or(SignedDuration::from_secs(30));
+    let stale = SignedDuration::try_from(STALE_AFTER).unwrap_or(SignedDuration::from_secs(90));
     let same_host = !c.host.is_empty() && c.host == me.host;
     if c.is(me)
         || (same_host && !alive(c.pid))
@@ -128,8 +129,8 @@ mod tests {
     #[case::itself(Some(driver("a", 1, 0)), true, true)]
     #[case::live_on_this_host(Some(driver("a", 2, 0)), true, false)]
     #[case::dead_on_this_host(Some(driver("a", 2, 0)), false, true)]
-    #[case::fresh_elsewhere(Some(driver("b", 1, -29)), false, false)]
-    #[case::stale_elsewhere(Some(driver("b", 1, -31)), false, true)]
+    #[case::fresh_elsewhere(Some(driver("b", 1, -89)), false, false)]
+    #[case::stale_elsewhere(Some(driver("b", 1, -91)), false, true)]
     #[case::unknown_host_is_not_this_one(Some(driver("", 2, 0)), false, false)]
     fn taking_over(#[case] current: Option<Driver>, #[case] alive: bool, #[case] ok: bool) {
         let me = Driver {
@@ -147,7 +148,7 @@ mod tests {
         let err = may_drive("up", Some(&driver("b", 7, -5)), &me, t(0), |_| true).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "rollout up is being run by process 7 on b (last seen 2027-01-15T07:59:55Z); wait for it to end or stop it; a process that was killed is taken over 30 s after it was last seen"
+            "rollout up is being run by process 7 on b (last seen 2027-01-15T07:59:55Z); wait for it to end or stop it; a process that was killed is taken over 90 s after it was last seen"
         );
     }
 }
