@@ -66,15 +66,20 @@ impl Removal {
         };
         format!(
             "{} {} {} by {:?} answered {}{failed}",
-            jiff::Timestamp::try_from(self.received)
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
+            stamp(self.received),
             self.verb,
             self.pod,
             self.user_agent,
             self.code
         )
     }
+}
+
+/// `t` as an RFC 3339 time (empty when out of range).
+fn stamp(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 /// The removals of pods named in `what` received in the [`REMOVALS_BEFORE`] before `at` (and
@@ -384,7 +389,7 @@ impl State {
         let mut lines: Vec<&str> = text.split('\n').collect();
         // The last piece is a line kube-apiserver has not finished writing.
         self.partial = lines.pop().unwrap_or_default().to_string();
-        let mut calls = Vec::new();
+        let first_new = self.removals.len();
         for line in lines {
             let delete = line.contains("\"verb\":\"delete\"") && line.contains("\"pods\"");
             if !(delete || line.contains("\"eviction\"")) {
@@ -396,37 +401,35 @@ impl State {
             let Some(removal) = removal(&event, &self.inputs.namespace) else {
                 continue;
             };
-            if removal.verb == "evict" {
-                calls.push((
-                    removal.pod.clone(),
-                    removal.user_agent.clone(),
-                    removal.code,
-                    removal.received,
-                ));
-            }
             self.removals.push(removal);
         }
-        if calls.is_empty() {
+        let mut calls = self.removals[first_new..]
+            .iter()
+            .filter(|r| r.verb == "evict")
+            .peekable();
+        if calls.peek().is_none() {
             return;
         }
         let changes = leadership_changes(&self.inputs.replicas.lock().unwrap());
         let mut found = Vec::new();
         {
             let mut c = self.counts.lock().unwrap();
-            for (pod, ua, code, received) in calls {
+            for call in calls {
+                let (pod, ua, code, received) =
+                    (&call.pod, &call.user_agent, call.code, call.received);
                 c.eviction_calls += 1;
-                let identity = evictord_identity(&ua);
+                let identity = evictord_identity(ua);
                 if (200..300).contains(&code) {
                     if identity.is_none() {
                         c.evictions_2xx_by_others += 1;
                     } else {
                         c.evictions_2xx_by_evictord += 1;
-                        let uid = self.uid_at(&pod, received);
+                        let uid = self.uid_at(pod, received);
                         let before = self.evicted.entry(uid.clone()).or_default();
                         if !before.is_empty() {
                             found.push(format!(
                                 "pod {pod} (UID {uid}) evicted twice by evictord: earlier {before:?}, again at {} by {ua:?}",
-                                jiff::Timestamp::try_from(received).map(|t| t.to_string()).unwrap_or_default()
+                                stamp(received)
                             ));
                         }
                         before.push((received, ua.clone()));
@@ -442,9 +445,7 @@ impl State {
                         found.push(format!(
                             "Eviction API call for {pod} (answered {code}) by replica {identity}, \
                              received at {} while the last replica to acquire the lease was {leader:?}",
-                            jiff::Timestamp::try_from(received)
-                                .map(|t| t.to_string())
-                                .unwrap_or_default()
+                            stamp(received)
                         ));
                     }
                 }
