@@ -395,6 +395,28 @@ pub fn evictord_component(user_agent: &str) -> Option<&str> {
     (!component.is_empty()).then_some(component)
 }
 
+/// The writes of `namespace`'s EvictionRequests by evictord's Eviction API bridge (its
+/// `webhook` component) received since `from`, each as "verb URI code". In a drain where
+/// nothing but evictord calls the Eviction API there are none: the bridge lets evictord's own
+/// calls through (rule B5) and hands only other clients' calls to their requests.
+pub fn bridge_writes(
+    requests: &[AuditedRequest],
+    namespace: &str,
+    from: SystemTime,
+) -> Vec<String> {
+    let path = format!("/apis/evictord.dev/v1alpha1/namespaces/{namespace}/evictionrequests");
+    requests
+        .iter()
+        .filter(|r| {
+            r.received >= from
+                && evictord_component(&r.user_agent) == Some("webhook")
+                && matches!(r.verb.as_str(), "create" | "patch" | "update" | "delete")
+                && r.uri.starts_with(&path)
+        })
+        .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
+        .collect()
+}
+
 /// Requests counted by client, and evictord's by component.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ClientCounts {

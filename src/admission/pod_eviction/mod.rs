@@ -236,6 +236,25 @@ pub fn review_pod_eviction(
     }
 }
 
+/// Whether the shell must read the pod's request live and decide again (rule B5): `decision`
+/// hands to the request a call that names that very request as evictord's own. The controller
+/// writes the imperative interceptor's activation just before it calls, and the webhook's watch
+/// cache of requests can be a few milliseconds behind that write; deciding on the cache would
+/// answer evictord's own call 429, join its request as the bridged requester, record an
+/// `EvictionIntercepted` event and make the controller retry (about six requests, on a quarter
+/// of the intercepted pods of the pool benchmark). One live GET, and only on such a call,
+/// settles it. A forged marker costs the same GET and is then handed over as before.
+pub fn confirm_live(
+    call: &EvictionCall<'_>,
+    pod: &Lookup<Arc<CachedPod>>,
+    decision: &BridgeDecision,
+) -> bool {
+    let Lookup::Found(pod) = pod else {
+        return false;
+    };
+    decision.outcome == Outcome::Intercepted && call.acting_for == Some(pod.uid())
+}
+
 fn is_true(r: &EvictionRequest, condition: &str) -> bool {
     r.status.as_ref().is_some_and(|s| s.is_true(condition))
 }

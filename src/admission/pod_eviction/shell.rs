@@ -21,7 +21,9 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::core::response::StatusDetails;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::{BridgeDecision, BridgeWrite, EvictionCall, PodEvent, review_pod_eviction};
+use super::{
+    BridgeDecision, BridgeWrite, EvictionCall, PodEvent, confirm_live, review_pod_eviction,
+};
 use crate::admission::Lookups;
 use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer, decode};
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
@@ -151,7 +153,14 @@ pub async fn review(
         Lookup::Found(p) => view.eviction_request(p.namespace(), p.uid()),
         _ => Lookup::Missing,
     };
-    let decision = review_pod_eviction(&call, &pod, &request, &state.settings);
+    let mut decision = review_pod_eviction(&call, &pod, &request, &state.settings);
+    if confirm_live(&call, &pod, &decision) {
+        let request = live_request(live, call.namespace, &pod).await?;
+        debug!(
+            "evictord's own eviction call not yet in the cache; decided on a live read of its request"
+        );
+        decision = review_pod_eviction(&call, &pod, &request, &state.settings);
+    }
     if let Some(write) = &decision.write {
         apply_write(live, write).await?;
     }
@@ -160,6 +169,23 @@ pub async fn review(
     }
     debug!(outcome = decision.outcome.label(), "eviction call reviewed");
     Ok(decision)
+}
+
+/// The pod's request (named after its UID) read live: a consistent read, which holds every
+/// write kube-apiserver acknowledged before the call.
+async fn live_request(
+    live: &LiveContext,
+    namespace: &str,
+    pod: &Lookup<Arc<CachedPod>>,
+) -> Result<Lookup<Arc<EvictionRequest>>, kube::Error> {
+    let Lookup::Found(pod) = pod else {
+        return Ok(Lookup::Missing);
+    };
+    let api: Api<EvictionRequest> = Api::namespaced(live.client.clone(), namespace);
+    Ok(match api.get_opt(pod.uid()).await? {
+        Some(r) => Lookup::Found(Arc::new(r)),
+        None => Lookup::Missing,
+    })
 }
 
 /// Writes the request: server-side apply as [`EVICTION_API_REQUESTER`] (creates it or joins it,

@@ -50,17 +50,29 @@ impl Case {
         self.request = Lookup::Found(Arc::new(r));
         self
     }
-    fn decide(&self) -> BridgeDecision {
-        let user = admin();
-        let call = EvictionCall {
+    fn call<'a>(&self, user: &'a UserInfo) -> EvictionCall<'a> {
+        EvictionCall {
             namespace: NS,
             pod_name: "p1",
-            user: &user,
+            user,
             dry_run: self.dry_run,
             acting_for: self.acting_for,
             now: now(),
-        };
-        review_pod_eviction(&call, &self.pod, &self.request, &Settings::default())
+        }
+    }
+    fn decide(&self) -> BridgeDecision {
+        let user = admin();
+        review_pod_eviction(
+            &self.call(&user),
+            &self.pod,
+            &self.request,
+            &Settings::default(),
+        )
+    }
+    /// [`confirm_live`] for the call this case decides as `d`.
+    fn confirm(&self, d: &BridgeDecision) -> bool {
+        let user = admin();
+        confirm_live(&self.call(&user), &self.pod, d)
     }
 }
 
@@ -280,6 +292,65 @@ fn b5_marker_does_not_pass_before_the_imperative_turn() {
     let mut c = case(annotated()).request(r);
     c.acting_for = Some(UID);
     assert_eq!(c.decide().outcome, Outcome::Intercepted);
+}
+
+#[test]
+fn b5_own_call_on_a_cache_behind_the_activation_is_confirmed_live() {
+    // The cache still shows the previous interceptor active (or no request yet): the call is
+    // decided again on the request read live, which shows the imperative interceptor active.
+    let behind = request(UID)
+        .status(status().target(&[A, IMP]).active(&[A]).activated(A, -5))
+        .build();
+    for (what, cached) in [
+        (
+            "the previous interceptor active",
+            Lookup::Found(Arc::new(behind)),
+        ),
+        ("no request yet", Lookup::Missing),
+    ] {
+        let mut c = case(annotated());
+        c.acting_for = Some(UID);
+        c.request = cached;
+        let d = c.decide();
+        assert!(c.confirm(&d), "{what}: not confirmed live");
+        c.request = Lookup::Found(Arc::new(with_bridge(imperative_active(), -5, "user admin")));
+        assert_eq!(c.decide().outcome, Outcome::OwnEviction, "{what}");
+    }
+}
+
+#[test]
+fn b5_only_a_call_naming_the_pods_request_is_confirmed_live() {
+    let behind = request(UID)
+        .status(status().target(&[A, IMP]).active(&[A]).activated(A, -5))
+        .build();
+    let rows: [(&str, Option<&'static str>, EvictionRequest, bool); 4] = [
+        ("another client's call", None, behind.clone(), false),
+        (
+            "a marker naming another request",
+            Some("other-uid"),
+            behind.clone(),
+            false,
+        ),
+        ("evictord's own call, cache behind", Some(UID), behind, true),
+        (
+            "evictord's own call, cache up to date",
+            Some(UID),
+            with_bridge(imperative_active(), -5, "user admin"),
+            false,
+        ),
+    ];
+    for (what, acting_for, cached, expected) in rows {
+        let mut c = case(annotated()).request(cached);
+        c.acting_for = acting_for;
+        assert_eq!(c.confirm(&c.decide()), expected, "{what}");
+    }
+    let mut gone = case(annotated());
+    gone.acting_for = Some(UID);
+    gone.pod = Lookup::Missing;
+    assert!(
+        !gone.confirm(&gone.decide()),
+        "a missing pod is never read again"
+    );
 }
 
 #[test]
