@@ -6,6 +6,7 @@
 //! request and every 2 s per covered pod in the settler. And the Deployment interceptor reads the
 //! pod's ReplicaSet, the Deployment and the readiness of its pods from watch caches too, within a
 //! budget of GETs and LISTs per surged pod, and writes each request's status at most three times.
+//! Nothing but evictord calls the Eviction API here, so its bridge writes none of the requests.
 
 mod support;
 

@@ -4,7 +4,8 @@
 //! kubectl), with the availability of every workload sampled every 100 ms: no Deployment under
 //! the goal (its declared interceptors all served) loses a replica for any time, no
 //! PodDisruptionBudget floor is broken, no pod but the DaemonSet's is left on the drained
-//! nodes, and the rollout never has more nodes cordoned or held than its budget. kube-apiserver
+//! nodes, the rollout never has more nodes cordoned or held than its budget, and where only
+//! evictord evicts, its bridge hands none of its own Eviction API calls back. kube-apiserver
 //! writes every request to its audit log, and each drain's requests are split by client as the
 //! pool benchmark splits them: every request's client named (none unattributed), evictord's
 //! present, with the components that drain uses. The pool benchmark (`make bench`, part `pool`)
