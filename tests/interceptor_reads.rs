@@ -175,12 +175,7 @@ async fn a_surged_drain_reads_its_pods_from_the_cache() {
          {replicas} of them (budget {STATUS_WRITES_PER_REQUEST} per request)"
     );
     // Nothing but evictord calls the Eviction API here: its bridge lets its own calls through.
-    let bridged = support::audit::bridge_writes(&audit, &ns, started);
-    assert!(
-        bridged.is_empty(),
-        "the Eviction API bridge handed evictord's own calls back to their requests: {:#?}",
-        bridged
-    );
+    support::audit::assert_own_evictions_not_bridged(&audit, &ns, started, "a surged drain");
     let surged = replicas as usize;
     assert!(
         replicaset_gets <= REPLICASET_GETS_PER_SURGED_POD * surged,
