@@ -825,8 +825,13 @@ async fn control_plane() -> &'static support::TestCluster {
 /// its client (none `other`: a client without a user agent would hide its requests), and
 /// evictord sent some, from each of `components`. (The tests of this binary run side by side:
 /// the window holds the others' requests too.)
-async fn requests_by_client(how: &str, from: SystemTime, components: &[&str]) -> ClientCounts {
-    let counts = count_by_client(&audited().await, from, SystemTime::now());
+fn requests_by_client(
+    how: &str,
+    requests: &[audit::AuditedRequest],
+    from: SystemTime,
+    components: &[&str],
+) -> ClientCounts {
+    let counts = count_by_client(requests, from, SystemTime::now());
     eprintln!(
         "{how}: {} kube-apiserver requests by client {:?}, evictord's by component {:?}",
         counts.total, counts.by_client, counts.evictord_by_component
@@ -883,7 +888,13 @@ async fn a_node_maintenance_drains_a_pool_without_downtime() {
         .await
         .expect("the Deployments back at their replicas");
     let samples = sampler.stop().await;
-    let counts = requests_by_client("NodeMaintenance", from, &["controller", "interceptor"]).await;
+    let requests = audited().await;
+    let counts = requests_by_client(
+        "NodeMaintenance",
+        &requests,
+        from,
+        &["controller", "interceptor"],
+    );
     for client in [
         "pool-kubelet",
         "pool-scheduler",
@@ -895,7 +906,7 @@ async fn a_node_maintenance_drains_a_pool_without_downtime() {
             "no request of {client}'s: {counts:?}"
         );
     }
-    audit::assert_own_evictions_not_bridged(&audited().await, &ns, from, "NodeMaintenance");
+    audit::assert_own_evictions_not_bridged(&requests, &ns, from, "NodeMaintenance");
     assert_no_downtime(&samples, "NodeMaintenance");
     let _ = nms.delete(&ns, &DeleteParams::default()).await;
     pool.remove().await.unwrap();
@@ -919,10 +930,10 @@ async fn kubectl_drain_through_the_bridge_drains_a_pool_without_downtime() {
     let samples = sampler.stop().await;
     let counts = requests_by_client(
         "kubectl drain through the bridge",
+        &audited().await,
         from,
         &["webhook", "controller"],
-    )
-    .await;
+    );
     assert!(
         counts.of("kubectl") > 0,
         "no request of kubectl's: {counts:?}"
@@ -1014,13 +1025,14 @@ async fn a_rollout_rolls_a_pool_one_node_at_a_time_without_downtime() {
         || async { nms.list(&mine).await.ok()?.items.is_empty().then_some(()) },
     )
     .await;
-    requests_by_client("kubectl evictord rollout", from, &["plugin", "controller"]).await;
-    audit::assert_own_evictions_not_bridged(
-        &audited().await,
-        &ns,
-        from,
+    let requests = audited().await;
+    requests_by_client(
         "kubectl evictord rollout",
+        &requests,
+        from,
+        &["plugin", "controller"],
     );
+    audit::assert_own_evictions_not_bridged(&requests, &ns, from, "kubectl evictord rollout");
     assert_no_downtime(&samples, "kubectl evictord rollout");
     eprintln!(
         "rollout: {} pods moved of {} on the rolled nodes at the start",

@@ -154,8 +154,10 @@ pub async fn review(
         _ => Lookup::Missing,
     };
     let mut decision = review_pod_eviction(&call, &pod, &request, &state.settings);
-    if confirm_live(&call, &pod, &decision) {
-        let request = live_request(live, call.namespace, &pod).await?;
+    if let Lookup::Found(p) = &pod
+        && confirm_live(&call, &pod, &decision)
+    {
+        let request = live_request(live, p).await?;
         debug!(
             "evictord's own eviction call not yet in the cache; decided on a live read of its request"
         );
@@ -175,13 +177,9 @@ pub async fn review(
 /// write kube-apiserver acknowledged before the call.
 async fn live_request(
     live: &LiveContext,
-    namespace: &str,
-    pod: &Lookup<Arc<CachedPod>>,
+    pod: &CachedPod,
 ) -> Result<Lookup<Arc<EvictionRequest>>, kube::Error> {
-    let Lookup::Found(pod) = pod else {
-        return Ok(Lookup::Missing);
-    };
-    let api: Api<EvictionRequest> = Api::namespaced(live.client.clone(), namespace);
+    let api: Api<EvictionRequest> = Api::namespaced(live.client.clone(), pod.namespace());
     Ok(match api.get_opt(pod.uid()).await? {
         Some(r) => Lookup::Found(Arc::new(r)),
         None => Lookup::Missing,
