@@ -28,6 +28,7 @@ use tracing::{debug, warn};
 
 use super::CachedPod;
 use super::budget::Budgets;
+use super::tombstones::Tombstones;
 use crate::api::{
     EXCLUDE_FROM_EXTERNAL_LB_BEFORE_ANNOTATION, EvictionInterceptor, EvictionRequest,
     MAINTENANCE_TAINT_BEFORE_ANNOTATION, MaintenanceBudget, NODE_AGENT_ANNOTATION, NodeMaintenance,
@@ -114,6 +115,8 @@ pub(super) fn subscribed<T: Clone + Send + 'static>(
 pub struct Caches {
     /// Pods, trimmed.
     pub pods: Watched<CachedPod>,
+    /// The names of the pods `pods` saw deleted (a miss of such a name can be final).
+    pub pod_tombstones: Arc<Tombstones>,
     /// Nodes, trimmed.
     pub nodes: Watched<Node>,
     /// Namespaces, trimmed to name and labels (the `namespaceSelector` of pod drain rules, SPEC
@@ -145,8 +148,13 @@ impl Caches {
     /// [`Caches::start`], watching EvictionInterceptors only when `interceptors` (registration
     /// is not off).
     pub fn start_with(client: &Client, interceptors: bool) -> Arc<Self> {
+        let tombstones = Arc::new(Tombstones::default());
         let caches = Arc::new(Self {
-            pods: spawn_watch(Api::all(client.clone()), CachedPod::trim_in_place),
+            pods: spawn_watch_seen(Api::all(client.clone()), CachedPod::trim_in_place, {
+                let tombstones = tombstones.clone();
+                move |event| tombstones.saw(event)
+            }),
+            pod_tombstones: tombstones,
             nodes: spawn_watch(Api::all(client.clone()), trim_node),
             namespaces: spawn_watch(Api::all(client.clone()), trim_namespace),
             node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
@@ -233,6 +241,24 @@ where
         + Sync
         + 'static,
 {
+    spawn_watch_seen(api, trim, |_| {})
+}
+
+/// [`spawn_watch`], showing every watch event to `seen` once the store holds it.
+fn spawn_watch_seen<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    seen: impl Fn(&watcher::Event<K>) + Send + 'static,
+) -> Watched<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let (reader, writer) = reflector::store();
     let (tx, _) = broadcast::channel(CHANGE_BUFFER);
     let changes = tx.clone();
@@ -249,6 +275,7 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 Ok(event) => {
+                    seen(&event);
                     for obj in announced(&event, &stored) {
                         // No receivers (no controller running here) is fine.
                         drop(tx.send(obj));

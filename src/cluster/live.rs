@@ -34,8 +34,8 @@ pub struct LiveView<'a> {
     checks: Vec<(AccessCheck<'a>, Authorization)>,
 }
 
-/// Prepares the lookups of one review: confirms pod cache misses or UID mismatches with a live
-/// GET and runs the access reviews (the fallback ones only when a first one is denied).
+/// Prepares the lookups of one review: confirms pod cache misses (unless final: a generated name
+/// the cache saw deleted, [`super::miss_is_final`]) or UID mismatches with a live GET and runs the access reviews (the fallback ones only when a first one is denied).
 ///
 /// # Errors
 /// When the API cannot be reached; the request then fails with 5xx and the webhook's
@@ -58,6 +58,16 @@ pub async fn prepare<'a>(
         let cached = ctx.caches.pods.get(Some(namespace), name);
         let confirmed = match cached {
             Some(pod) if uid.as_deref().is_none_or(|u| pod.uid() == u) => Lookup::Found(pod),
+            // Seen deleted, and no successor takes a generated name (`kubectl drain`'s last
+            // retry after evictord evicted the pod).
+            None if ctx.caches.pod_tombstones.miss_is_final(
+                namespace,
+                name,
+                std::time::Instant::now(),
+            ) =>
+            {
+                Lookup::Missing
+            }
             _ => {
                 let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), namespace);
                 match api.get_opt(name).await? {

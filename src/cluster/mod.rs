@@ -8,6 +8,7 @@ mod cache;
 pub mod identity;
 mod live;
 mod pod;
+mod tombstones;
 mod view;
 
 pub use authz::Authorizer;
@@ -18,6 +19,7 @@ pub use cache::{Caches, RESYNC, Watched, announced};
 pub use live::{LiveContext, LiveView, RegistrationView, prepare};
 pub(crate) use pod::pod_resource;
 pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
+pub use tombstones::{TOMBSTONE_TTL, Tombstone, Tombstones, miss_is_final};
 pub use view::{
     AccessCheck, Authorization, ClusterView, Lookup, Lookups, PodLookup, StaticView, registration,
 };

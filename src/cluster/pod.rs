@@ -26,6 +26,10 @@ pub struct CachedPod {
     /// The labels once trimmed ([`CachedPod::trim`] moves them out of `metadata.labels`).
     #[serde(skip)]
     pub compact_labels: CompactLabels,
+    /// The name was generated from `metadata.generateName` (set by [`CachedPod::trim`], which
+    /// drops `generateName` itself): no successor takes it again (the cache's tombstones).
+    #[serde(skip)]
+    pub name_generated: bool,
 }
 
 /// Labels stored in two allocations whatever their number: the keys and values back to back in
@@ -316,7 +320,10 @@ impl CachedPod {
         let m = &mut self.metadata;
         m.managed_fields = None;
         m.finalizers = None;
-        m.generate_name = None;
+        let generated = m.generate_name.take().map(|prefix| {
+            let name = m.name.as_deref().unwrap_or_default();
+            !prefix.is_empty() && name.len() > prefix.len() && name.starts_with(&prefix)
+        });
         m.self_link = None;
         m.generation = None;
         if let Some(annotations) = m.annotations.take() {
@@ -344,6 +351,9 @@ impl CachedPod {
             self.compact_labels = CompactLabels::from_map(labels);
         }
         self.spec.workload_ref |= self.spec.scheduling_group;
+        if let Some(generated) = generated {
+            self.name_generated = generated;
+        }
     }
 
     /// Name of the pod.

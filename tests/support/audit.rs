@@ -424,6 +424,32 @@ pub fn assert_own_evictions_not_bridged(
     );
 }
 
+/// The webhook's live reads of `namespace`'s pods named in `names` since `from` that were
+/// answered 404: reads of pods already gone. Its pod cache answers a name it saw deleted, when the
+/// name was generated, without asking again (`kubectl drain`'s last retry after evictord evicted
+/// the pod once cost one such read per pod).
+pub fn webhook_reads_of_gone_pods(
+    requests: &[AuditedRequest],
+    namespace: &str,
+    from: SystemTime,
+    names: &BTreeSet<String>,
+) -> Vec<String> {
+    let path = format!("/api/v1/namespaces/{namespace}/pods/");
+    requests
+        .iter()
+        .filter(|r| {
+            r.received >= from
+                && evictord_component(&r.user_agent) == Some("webhook")
+                && r.verb == "get"
+                && r.code == 404
+                && r.uri
+                    .strip_prefix(&path)
+                    .is_some_and(|name| names.contains(name.split('?').next().unwrap_or(name)))
+        })
+        .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
+        .collect()
+}
+
 /// Requests counted by client, and evictord's by component.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ClientCounts {
