@@ -133,6 +133,7 @@ async fn start(
             own_writes: Default::default(),
             evicted_pods: Default::default(),
             told_evicted: Default::default(),
+            gone_targets: Default::default(),
         });
         info!("starting the eviction request controller");
         tasks.push(tokio::spawn(eviction_request::reconciler::run(

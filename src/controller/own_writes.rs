@@ -88,32 +88,38 @@ impl OwnWrites {
     }
 }
 
-/// A set of keys a controller remembers for a while (the requests whose eviction it told).
+/// Keys a controller remembers for a while, each with the moment it first did (the requests whose
+/// eviction it told; the requests whose pod it saw gone).
 #[derive(Debug, Default)]
-pub struct Told {
-    keys: Mutex<std::collections::HashSet<String>>,
+pub struct Remembered {
+    keys: Mutex<HashMap<String, jiff::Timestamp>>,
 }
 
-impl Told {
-    /// Remembers `key`.
-    pub fn insert(&self, key: &str) {
+impl Remembered {
+    /// Remembers `key` from `at`, unless it is remembered already (from earlier).
+    pub fn insert(&self, key: &str, at: jiff::Timestamp) {
         if key.is_empty() {
             return;
         }
-        self.lock().insert(key.to_string());
+        self.lock().entry(key.to_string()).or_insert(at);
     }
 
     /// Whether `key` is remembered.
     pub fn contains(&self, key: &str) -> bool {
-        self.lock().contains(key)
+        self.lock().contains_key(key)
+    }
+
+    /// Since when `key` is remembered.
+    pub fn since(&self, key: &str) -> Option<jiff::Timestamp> {
+        self.lock().get(key).copied()
     }
 
     /// Forgets the keys `keep` says are gone.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.lock().retain(|k| keep(k));
+        self.lock().retain(|k, _| keep(k));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, jiff::Timestamp>> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

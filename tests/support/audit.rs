@@ -450,6 +450,63 @@ pub fn webhook_reads_of_gone_pods(
         .collect()
 }
 
+/// The controller's status writes of `namespace`'s EvictionRequests since `from` made after
+/// their pod was gone, for the pods the controller evicted itself (gone: its last eviction or
+/// deletion answered 2xx, by any client), and how many pods it evicted; `uids` names each pod's
+/// UID, the name of its request. A request evictord created is owned by its pod and
+/// deleted with it by the garbage collector: the controller leaves it to the collector for a few
+/// seconds instead of marking it `Evicted` (a write that raced the deletion, answered 404 on a
+/// fifth of a pool's requests).
+pub fn status_writes_after_pod_gone(
+    requests: &[AuditedRequest],
+    namespace: &str,
+    from: SystemTime,
+    uids: &BTreeMap<String, String>,
+) -> (Vec<String>, usize) {
+    let pods = format!("/api/v1/namespaces/{namespace}/pods/");
+    let mut gone: BTreeMap<&str, SystemTime> = BTreeMap::new();
+    let mut evicted: BTreeSet<&str> = BTreeSet::new();
+    for r in requests.iter().filter(|r| {
+        r.received >= from
+            && (200..300).contains(&r.code)
+            && matches!(
+                (r.verb.as_str(), r.resource.as_str()),
+                ("create", "pods/eviction") | ("delete", "pods")
+            )
+    }) {
+        let Some(rest) = r.uri.strip_prefix(&pods) else {
+            continue;
+        };
+        let name = rest.split(['/', '?']).next().unwrap_or(rest);
+        if let Some(uid) = uids.get(name) {
+            let at = gone.entry(uid.as_str()).or_insert(r.received);
+            *at = (*at).max(r.received);
+            if r.verb == "create" && evictord_component(&r.user_agent) == Some("controller") {
+                evicted.insert(uid.as_str());
+            }
+        }
+    }
+    gone.retain(|uid, _| evicted.contains(uid));
+    let path = format!("/apis/evictord.dev/v1alpha1/namespaces/{namespace}/evictionrequests/");
+    let writes = requests
+        .iter()
+        .filter(|r| {
+            evictord_component(&r.user_agent) == Some("controller")
+                && r.verb == "patch"
+                && r.resource == "evictionrequests/status"
+        })
+        .filter(|r| {
+            r.uri
+                .strip_prefix(&path)
+                .and_then(|rest| rest.split('/').next())
+                .and_then(|uid| gone.get(uid))
+                .is_some_and(|at| r.received > *at)
+        })
+        .map(|r| format!("{} {} {}", r.verb, r.uri, r.code))
+        .collect();
+    (writes, evicted.len())
+}
+
 /// Requests counted by client, and evictord's by component.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ClientCounts {

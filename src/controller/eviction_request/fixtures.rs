@@ -206,6 +206,12 @@ impl RequestBuilder {
         self
     }
 
+    /// Owned by the pod of UID `uid` (requests evictord creates are owned by their pod).
+    pub fn owned_by(mut self, uid: &str) -> Self {
+        self.0.metadata.owner_references = Some(vec![crate::api::pod_owner_reference("p", uid)]);
+        self
+    }
+
     pub fn build(self) -> EvictionRequest {
         self.0
     }

@@ -27,7 +27,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::backoff::{backoff, retry_at};
-use super::deadline::{add, imperative_heartbeat_due};
+use super::deadline::{add, imperative_heartbeat_due, until};
 use super::decision::{
     Action, DecideSettings, Decision, Draft, EventSpec, EventType, EvictionOutcome,
     REASON_POD_DELETED, joined_notes, pod_deleted_message,
@@ -85,6 +85,57 @@ pub fn tell_selection_with_outcome(followup: &mut Decision, selection: EventSpec
 pub fn drop_told_evicted(d: &mut Decision, told: bool) {
     if told {
         d.events.retain(|e| e.reason != CONDITION_EVICTED);
+    }
+}
+
+/// How long after this controller found a request's pod gone it leaves the request to the
+/// garbage collector ([`leave_to_collector`]). The collector deletes a dependent well within a
+/// second of its owner on a loaded control plane; a request still there after this is written.
+pub const COLLECTION_GRACE: Duration = Duration::from_secs(3);
+
+/// Step 2's `Evicted=True` for a request that the garbage collector is about to delete, put off
+/// until [`COLLECTION_GRACE`] after the pod was found gone (`gone_since`): the request is owned by
+/// its pod, and this controller evicted that pod and told it in an `Evicted` event (`told`), so
+/// the write would only mark an object about to be deleted — and it raced the collector, answered
+/// 404 on a fifth of a pool's requests. A request still there after the grace (no garbage
+/// collector, or one far behind) is written as before, without counting again the interceptor
+/// turns counted when it was put off; one that other events or writes are due on, or whose pod
+/// went some other way, is never put off.
+pub fn leave_to_collector(
+    d: &mut Decision,
+    request: &EvictionRequest,
+    told: bool,
+    gone_since: Option<Timestamp>,
+    now: Timestamp,
+) {
+    let concludes_evicted = d
+        .status
+        .as_ref()
+        .is_some_and(|s| s.is_true(CONDITION_EVICTED))
+        && !request.status.as_ref().is_some_and(|s| s.is_terminal());
+    let only_the_status = d.labels.is_none() && d.events.is_empty() && d.action.is_none();
+    let owned_by_pod =
+        request.metadata.owner_references.iter().flatten().any(|o| {
+            o.kind == "Pod" && o.api_version == "v1" && o.uid == request.spec.target.pod.uid
+        });
+    let Some(end) = gone_since.map(|t| add(t, COLLECTION_GRACE)) else {
+        return;
+    };
+    if !(told && concludes_evicted && only_the_status && owned_by_pod) {
+        return;
+    }
+    if now < end {
+        // The interceptors' turns ended with the pod: counted now, whether or not the
+        // request is still there to be written.
+        *d = Decision {
+            requeue_after: Some(until(now, end)),
+            processed: std::mem::take(&mut d.processed),
+            ..Decision::default()
+        };
+    } else {
+        // Put off when the pod was first found gone (`gone_since` is that moment, always
+        // within the grace then), and counted at that time.
+        d.processed.clear();
     }
 }
 

@@ -278,3 +278,57 @@ fn a_told_eviction_is_not_told_again(#[case] told: bool, #[case] events: &[&str]
     assert_eq!(reasons, events);
     assert!(d.status.unwrap().is_true(crate::api::CONDITION_EVICTED));
 }
+
+/// The pod gone after this controller's own eviction: a request owned by its pod is left to the
+/// garbage collector for [`COLLECTION_GRACE`] after the pod was found gone (at `t(110)`), then
+/// written; the interceptor turns that ended with the pod are counted once, when it is put off.
+/// Found gone at t(110); the grace ends at t(113).
+#[rstest]
+// told, owner UID, now, written, requeue seconds, processed counted
+#[case::own_eviction_owned_request_left_to_the_collector(true, Some("uid"), 110, false, Some(3), 1)]
+#[case::still_within_the_grace(true, Some("uid"), 112, false, Some(1), 1)]
+#[case::still_there_after_the_grace_is_written(true, Some("uid"), 113, true, None, 0)]
+#[case::pod_gone_some_other_way_is_written_at_once(false, Some("uid"), 110, true, None, 1)]
+#[case::request_not_owned_by_its_pod_is_written_at_once(true, None, 110, true, None, 1)]
+#[case::owned_by_another_pod_is_written_at_once(true, Some("other"), 110, true, None, 1)]
+fn an_owned_request_is_left_to_the_garbage_collector(
+    #[case] told: bool,
+    #[case] owner: Option<&str>,
+    #[case] now: i64,
+    #[case] written: bool,
+    #[case] requeue: Option<u64>,
+    #[case] processed: usize,
+) {
+    let mut r = request("uid").targets(&[]).active(IMP).started(IMP, t(100));
+    if let Some(uid) = owner {
+        r = r.owned_by(uid);
+    }
+    let r = r.build();
+    let mut d = decide(&r, None, t(now), &DecideSettings::default());
+    drop_told_evicted(&mut d, told);
+    leave_to_collector(&mut d, &r, told, Some(t(110)), t(now));
+    assert_eq!(
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.is_true(crate::api::CONDITION_EVICTED)),
+        written
+    );
+    assert_eq!(d.requeue_after, requeue.map(Duration::from_secs), "{d:#?}");
+    assert_eq!(d.processed.len(), processed, "{d:#?}");
+}
+
+/// Only a decision that does nothing but conclude `Evicted=True` is put off: an already ended
+/// request's clean-up, or a request the collector will not delete, is left as decided.
+#[test]
+fn an_ended_request_is_never_put_off() {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .condition("Evicted", "PodDeleted")
+        .owned_by("uid")
+        .build();
+    let mut d = decide(&r, None, t(110), &DecideSettings::default());
+    let before = d.clone();
+    leave_to_collector(&mut d, &r, true, Some(t(110)), t(110));
+    assert_eq!(d, before);
+}

@@ -42,6 +42,7 @@ pub use decision::{
     Action, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome, ProcessedReason,
 };
 pub use imperative::{
-    after_eviction, drop_told_evicted, hold_imperative_selection, tell_selection_with_outcome,
+    COLLECTION_GRACE, after_eviction, drop_told_evicted, hold_imperative_selection,
+    leave_to_collector, tell_selection_with_outcome,
 };
 pub use retention::{Retention, retention};

@@ -24,12 +24,12 @@ use super::decide::EVENT_UNREGISTERED_INTERCEPTOR;
 use super::{
     Action, BridgedRequester, DecideSettings, Decision, EventSpec, EventType, EvictionOutcome,
     Retention, Surroundings, after_eviction, bridged_requester, decide_with, drop_told_evicted,
-    hold_imperative_selection, retention, tell_selection_with_outcome,
+    hold_imperative_selection, leave_to_collector, retention, tell_selection_with_outcome,
 };
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest};
 use crate::cluster::{Allowance, CachedPod, Caches, held_names_note};
 use crate::controller::eviction_api::EvictionApi;
-use crate::controller::own_writes::{OwnWrites, Told};
+use crate::controller::own_writes::{OwnWrites, Remembered};
 use crate::drain::leaving::has_node_agent;
 use crate::metrics::{
     ControllerLabel, InterceptorLabel, ProcessedLabels, RequesterLabel, ResultLabel, SourceLabel,
@@ -79,7 +79,10 @@ pub struct Context {
     pub evicted_pods: OwnWrites,
     /// Requests (by UID) whose pod this controller evicted and told `Evicted` about: the pod's
     /// going does not tell it again ([`drop_told_evicted`]).
-    pub told_evicted: Told,
+    pub told_evicted: Remembered,
+    /// Requests (by UID) whose target pod this controller found gone, since when: a request
+    /// owned by its pod is left to the garbage collector for a while ([`leave_to_collector`]).
+    pub gone_targets: Remembered,
 }
 
 /// How long a reconcile that found the cache behind its own write waits at most: the watch
@@ -208,6 +211,13 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         );
         return Ok(Requeue::requeue(CACHE_CATCH_UP));
     }
+    let request_uid = req.metadata.uid.clone().unwrap_or_default();
+    if pod
+        .as_deref()
+        .is_none_or(|p| p.uid() != req.spec.target.pod.uid)
+    {
+        ctx.gone_targets.insert(&request_uid, now);
+    }
     let node_agent = pod
         .as_ref()
         .and_then(|p| p.spec.node_name.as_deref())
@@ -235,8 +245,10 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         };
         decide_with(&req, pod.as_deref(), &surroundings, now, &ctx.settings)
     };
-    let request_uid = req.metadata.uid.clone().unwrap_or_default();
-    drop_told_evicted(&mut decision, ctx.told_evicted.contains(&request_uid));
+    let told = ctx.told_evicted.contains(&request_uid);
+    drop_told_evicted(&mut decision, told);
+    let gone_since = ctx.gone_targets.since(&request_uid);
+    leave_to_collector(&mut decision, &req, told, gone_since, now);
     // Told with the call's outcome: one event per pass (and one write fewer per eviction).
     let selection = hold_imperative_selection(&mut decision);
     let (updated, mut requeue) = apply(ctx, &req, &decision).await?;
@@ -277,7 +289,7 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
             .get_or_create(&ResultLabel { result })
             .inc();
         if outcome == super::EvictionOutcome::Evicted {
-            ctx.told_evicted.insert(&request_uid);
+            ctx.told_evicted.insert(&request_uid, Timestamp::now());
         }
         let mut followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
         if let Some(selection) = selection {
@@ -530,6 +542,7 @@ async fn refresh_gauges(ctx: Arc<Context>, shutdown: CancellationToken) {
             .filter_map(|r| r.metadata.uid.clone())
             .collect();
         ctx.told_evicted.retain(|uid| uids.contains(uid));
+        ctx.gone_targets.retain(|uid| uids.contains(uid));
         ctx.evicted_pods.retain(|key| {
             key.split_once('/')
                 .is_some_and(|(ns, name)| caches.pods.get(Some(ns), name).is_some())
