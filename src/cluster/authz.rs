@@ -1,6 +1,9 @@
 //! Access checks through SubjectAccessReview, with the requesting user's name, groups, uid and
 //! extra, and a short-lived cache of verdicts (a burst of writes by one user costs one review):
-//! "allowed" is reused for 30 s, "denied" for 5 s.
+//! "allowed" is reused for 30 s, "denied" for 5 s. Equal checks that miss the cache at the same
+//! moment wait for one review: a controller's writes of twenty maintenances arrive together, and
+//! once the verdict has expired each of them used to ask again (twelve reviews a burst, about
+//! every 30 s of a pool rollout).
 //!
 //! A check about one object is first asked about every object of the resource in the
 //! namespace ([`namespace_wide`]): a SubjectAccessReview without a name asks about all names,
@@ -41,11 +44,15 @@ fn ttl(verdict: &Authorization) -> Duration {
 }
 /// Entries beyond which the cache is cleared (bounded memory under many users).
 const MAX_ENTRIES: usize = 10_000;
+/// Locks a check that missed the cache takes (by its hash) before it asks: equal checks wait for
+/// one review; different checks rarely share a lock, and then only wait for one review.
+const MISS_LOCKS: usize = 16;
 
 /// Asks kube-apiserver whether a user may do something.
 pub struct Authorizer {
     client: Client,
     cache: Mutex<Verdicts>,
+    misses: [tokio::sync::Mutex<()>; MISS_LOCKS],
 }
 
 /// Which object a check asks about: the one it names, or every object of its resource in its
@@ -138,6 +145,7 @@ impl Authorizer {
         Self {
             client,
             cache: Mutex::new(Verdicts::default()),
+            misses: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
         }
     }
 
@@ -159,12 +167,16 @@ impl Authorizer {
         check: &AccessCheck<'_>,
         scope: Scope,
     ) -> Result<Authorization, kube::Error> {
-        let cached = self.cache.lock().ok().and_then(|c| {
-            c.get(check, scope)
-                .filter(|(_, verdict, at)| at.elapsed() < ttl(verdict))
-                .map(|(_, verdict, _)| verdict.clone())
-        });
-        if let Some(verdict) = cached {
+        if let Some(verdict) = self.fresh(check, scope) {
+            return Ok(verdict);
+        }
+        let lock = self
+            .cache
+            .lock()
+            .map_or(0, |c| c.hash(check, scope) as usize % MISS_LOCKS);
+        let _turn = self.misses[lock].lock().await;
+        // An equal check that missed at the same moment may have asked meanwhile.
+        if let Some(verdict) = self.fresh(check, scope) {
             return Ok(verdict);
         }
         let verdict = match scope {
@@ -178,6 +190,15 @@ impl Authorizer {
             cache.insert(check, scope, verdict.clone());
         }
         Ok(verdict)
+    }
+
+    /// The cached verdict of `check` about `scope`, if still fresh.
+    fn fresh(&self, check: &AccessCheck<'_>, scope: Scope) -> Option<Authorization> {
+        self.cache.lock().ok().and_then(|c| {
+            c.get(check, scope)
+                .filter(|(_, verdict, at)| at.elapsed() < ttl(verdict))
+                .map(|(_, verdict, _)| verdict.clone())
+        })
     }
 
     async fn review(&self, check: &AccessCheck<'_>) -> Result<Authorization, kube::Error> {
@@ -386,5 +407,55 @@ mod tests {
         #[case] for_: Duration,
     ) {
         assert_eq!(ttl(&verdict), for_);
+    }
+
+    /// A kube-apiserver answering every SubjectAccessReview "allowed" after 50 ms, counting them.
+    fn counting_client() -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let reviews = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = reviews.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let body = serde_json::json!({
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {},
+                    "status": {"allowed": true},
+                });
+                let body = http_body_util::Full::new(bytes::Bytes::from(body.to_string()));
+                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+            }
+        });
+        (Client::new(service, "default"), reviews)
+    }
+
+    /// Checks that miss the cache together: equal ones wait for one review, different ones are
+    /// each asked.
+    #[rstest]
+    #[case::twelve_equal_checks_at_once_one_review(12, 1)]
+    #[case::two_different_checks_two_reviews(2, 2)]
+    #[tokio::test]
+    async fn equal_checks_missing_together_cost_one_review(
+        #[case] checks: usize,
+        #[case] reviews: usize,
+    ) {
+        let (client, counted) = counting_client();
+        let authorizer = Authorizer::new(client);
+        let asked: Vec<AccessCheck<'static>> = (0..checks)
+            .map(|i| match reviews {
+                1 => check(Some("shop"), None),
+                _ => check(Some(if i == 0 { "shop" } else { "bar" }), None),
+            })
+            .collect();
+        let verdicts = futures::future::join_all(asked.iter().map(|c| authorizer.check(c))).await;
+        assert!(
+            verdicts
+                .into_iter()
+                .all(|v| v.is_ok_and(|v| v == Authorization::Allowed))
+        );
+        assert_eq!(counted.load(std::sync::atomic::Ordering::SeqCst), reviews);
     }
 }
