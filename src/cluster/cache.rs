@@ -150,19 +150,19 @@ impl Caches {
     pub fn start_with(client: &Client, interceptors: bool) -> Arc<Self> {
         let tombstones = Arc::new(Tombstones::default());
         let caches = Arc::new(Self {
-            pods: spawn_watch_seen(Api::all(client.clone()), CachedPod::trim_in_place, {
+            pods: spawn_watch(Api::all(client.clone()), CachedPod::trim_in_place, {
                 let tombstones = tombstones.clone();
                 move |event| tombstones.saw(event)
             }),
             pod_tombstones: tombstones,
-            nodes: spawn_watch(Api::all(client.clone()), trim_node),
-            namespaces: spawn_watch(Api::all(client.clone()), trim_namespace),
-            node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta),
-            eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta),
+            nodes: spawn_watch(Api::all(client.clone()), trim_node, |_| {}),
+            namespaces: spawn_watch(Api::all(client.clone()), trim_namespace, |_| {}),
+            node_maintenances: spawn_watch(Api::all(client.clone()), trim_meta, |_| {}),
+            eviction_requests: spawn_watch(Api::all(client.clone()), trim_meta, |_| {}),
             eviction_interceptors: interceptors
-                .then(|| spawn_watch(Api::all(client.clone()), trim_meta)),
+                .then(|| spawn_watch(Api::all(client.clone()), trim_meta, |_| {})),
             budgets: Budgets::start(client),
-            maintenance_budgets: spawn_watch(Api::all(client.clone()), trim_meta),
+            maintenance_budgets: spawn_watch(Api::all(client.clone()), trim_meta, |_| {}),
             synced: watch::channel(false).0,
             interceptors_synced: watch::channel(false).0,
             maintenance_budgets_synced: watch::channel(false).0,
@@ -231,21 +231,9 @@ impl Caches {
     }
 }
 
-fn spawn_watch<K>(api: Api<K>, trim: fn(&mut K)) -> Watched<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    spawn_watch_seen(api, trim, |_| {})
-}
-
-/// [`spawn_watch`], showing every watch event to `seen` once the store holds it.
-fn spawn_watch_seen<K>(
+/// Watches `api` into a store (objects trimmed by `trim`), showing every watch event to `seen`
+/// once the store holds it, and announcing the changes.
+fn spawn_watch<K>(
     api: Api<K>,
     trim: fn(&mut K),
     seen: impl Fn(&watcher::Event<K>) + Send + 'static,

@@ -6,6 +6,7 @@ mod authz;
 pub mod budget;
 mod cache;
 pub mod identity;
+mod labels;
 mod live;
 mod pod;
 mod tombstones;
@@ -16,9 +17,10 @@ pub use budget::{
     Allowance, Budget, Budgets, HeldName, allowance, blocking_budgets, held_names_note,
 };
 pub use cache::{Caches, RESYNC, Watched, announced};
+pub use labels::{CompactLabels, PodLabels};
 pub use live::{LiveContext, LiveView, RegistrationView, prepare};
 pub(crate) use pod::pod_resource;
-pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, CompactLabels, PodLabels, pod_type};
+pub use pod::{CachedPod, CachedPodSpec, CachedPodStatus, pod_type};
 pub use tombstones::{TOMBSTONE_TTL, Tombstone, Tombstones, miss_is_final};
 pub use view::{
     AccessCheck, Authorization, ClusterView, Lookup, Lookups, PodLookup, StaticView, registration,
