@@ -222,7 +222,7 @@ async fn an_admission_decided_on_a_stale_copy_is_refused() {
         &["stale".into()],
         jiff::Timestamp::now(),
     );
-    let err = writes::write_status(&client, &stale, &status)
+    let err = writes::write_status(&client, &Default::default(), &stale, &status)
         .await
         .expect_err("a write decided on a stale copy is refused");
     assert!(err.is_conflict(), "{err}");
@@ -240,6 +240,8 @@ async fn an_admission_decided_on_a_stale_copy_is_refused() {
         &["stale".into()],
         jiff::Timestamp::now(),
     );
-    writes::write_status(&client, &now, &status).await.unwrap();
+    writes::write_status(&client, &Default::default(), &now, &status)
+        .await
+        .unwrap();
     set_stage(&client, "stale-m1", Stage::Complete).await;
 }

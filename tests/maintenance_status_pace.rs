@@ -2,13 +2,14 @@
 //! by kube-apiserver's audit log: while a node's pods leave one by one, the maintenance's
 //! progress (the counts of pods pending and evacuating, the drain message) is written at most
 //! about once per `PROGRESS_INTERVAL` (2 s), not once per pod. Every maintenance in Drain is woken by each such write,
-//! and the webhook reviews each.
+//! and the webhook reviews each. And maintenances queued by a budget as they are created have no
+//! status write refused (the admission waits for the cache to show the controller's own writes).
 
 mod support;
 
 use std::time::{Duration, SystemTime};
 
-use evictord::api::{CONDITION_DRAINED, EvictionRequest, NodeMaintenance};
+use evictord::api::{CONDITION_DRAINED, EvictionRequest, NodeMaintenance, Stage};
 use evictord::controller::node_maintenance::pacing::PROGRESS_INTERVAL;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -137,4 +138,75 @@ async fn a_drain_writes_its_progress_at_most_once_a_second() {
         window.as_secs_f64()
     );
     let _ = nms.delete(&name, &DeleteParams::default()).await;
+}
+
+/// Six maintenances created at once under a budget of one node: the controller writes each one's
+/// first status (its stage, "waiting for the first admission decision") and the admission loop
+/// then queues five of them. The admission decides on the shared cache, which can still be behind
+/// the reconciler's write: a status write over that copy is refused (422, its resourceVersion
+/// test fails) and retried. It waits for the cache to show the controller's own writes instead.
+#[tokio::test]
+async fn maintenances_queued_at_creation_are_written_without_a_refused_write() {
+    const MAINTENANCES: usize = 6;
+    let c = support::control_plane::cluster_with_request_audit().await;
+    support::evictord::shared(support::evictord::FAST).await;
+    let log = c.request_audit.clone().expect("audit log");
+    let client = c.client().await;
+    let prefix = c.namespace("nm-queue").await;
+    let nodes = support::budget::pool(&client, &prefix, MAINTENANCES).await;
+    support::budget::budget(&client, &prefix, &prefix, json!(1), json!([])).await;
+    let from = SystemTime::now();
+    let names: Vec<String> = (1..=MAINTENANCES)
+        .map(|i| format!("{prefix}-m{i}"))
+        .collect();
+    futures::future::join_all(
+        names.iter().zip(&nodes).map(|(name, node)| {
+            let client = client.clone();
+            async move {
+                support::budget::maintenance(&client, name, &[node.as_str()], Stage::Drain).await
+            }
+        }),
+    )
+    .await;
+    eventually("one maintenance admitted, five queued", || async {
+        let mut admitted = 0;
+        for name in &names {
+            let nm = support::budget::get(&client, name).await?;
+            match support::budget::admitted(&nm)? {
+                (s, _, _) if s == "True" => admitted += 1,
+                (s, reason, _) if s == "False" && reason == "BudgetExhausted" => {}
+                _ => return None,
+            }
+        }
+        (admitted == 1).then_some(())
+    })
+    .await;
+    let paths: Vec<String> = names
+        .iter()
+        .map(|n| format!("/apis/evictord.dev/v1alpha1/nodemaintenances/{n}/status"))
+        .collect();
+    let writes: Vec<(String, u16)> = support::audit::requests(&log)
+        .into_iter()
+        .filter(|r| {
+            r.received >= from
+                && support::audit::client_of(&r.user_agent) == "evictord"
+                && r.verb == "patch"
+                && paths.iter().any(|p| r.uri.starts_with(p.as_str()))
+        })
+        .map(|r| (r.uri, r.code))
+        .collect();
+    let refused: Vec<&(String, u16)> = writes.iter().filter(|(_, code)| *code >= 400).collect();
+    println!(
+        "{} status writes of {MAINTENANCES} maintenances, {} refused",
+        writes.len(),
+        refused.len()
+    );
+    assert!(
+        refused.is_empty(),
+        "status writes of maintenances refused while they were queued at creation: {refused:#?}"
+    );
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    for name in &names {
+        let _ = nms.delete(name, &DeleteParams::default()).await;
+    }
 }

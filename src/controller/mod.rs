@@ -142,6 +142,8 @@ async fn start(
         )));
     }
     if args.controller_enabled("nodemaintenance") {
+        // The reconciler's and the admission's writes of maintenances, until the cache shows them.
+        let own_writes: Arc<own_writes::OwnWrites> = Default::default();
         let ctx = Arc::new(node_maintenance::reconciler::Context {
             client: client.clone(),
             caches: caches.clone(),
@@ -150,6 +152,7 @@ async fn start(
             interceptor_registration: args.rules.interceptor_registration,
             exclude_from_load_balancers: args.exclude_from_external_load_balancers,
             status_writes: Default::default(),
+            own_writes: own_writes.clone(),
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(
@@ -162,6 +165,7 @@ async fn start(
             client: client.clone(),
             caches: caches.clone(),
             recorder: Recorder::new(client.clone(), reporter("evictord")),
+            own_writes,
         });
         tasks.push(tokio::spawn(node_maintenance::admission::run(
             admission,

@@ -44,6 +44,21 @@ impl OwnWrites {
         }
     }
 
+    /// Forgets that a write replaced version `from` of `key`: recorded before the write was sent
+    /// (so that a copy at `from` is behind while the write is in flight), the write then failed.
+    pub fn forget(&self, key: &str, from: Option<&str>) {
+        let Some(from) = from else {
+            return;
+        };
+        let mut map = self.superseded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(versions) = map.get_mut(key) {
+            versions.retain(|v| v != from);
+            if versions.is_empty() {
+                map.remove(key);
+            }
+        }
+    }
+
     /// Records that this controller created `key`: until the cache shows it, its absence is
     /// behind.
     pub fn record_created(&self, key: &str) {
@@ -162,6 +177,20 @@ mod tests {
         assert!(w.is_empty());
         // Caught up: the old versions are no longer remembered.
         assert!(!w.behind("ns/a", Some("7")));
+    }
+
+    #[test]
+    fn a_failed_write_is_forgotten() {
+        let w = OwnWrites::default();
+        w.record("nm-a", Some("7"));
+        w.record("nm-a", Some("8"));
+        w.forget("nm-a", Some("8"));
+        assert!(!w.behind("nm-a", Some("8")));
+        // The other write is still remembered until then.
+        w.record("nm-a", Some("7"));
+        assert!(w.behind("nm-a", Some("7")));
+        w.forget("nm-a", Some("7"));
+        assert!(w.is_empty());
     }
 
     #[test]

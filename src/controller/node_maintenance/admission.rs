@@ -27,6 +27,7 @@ use super::gather::admission_input;
 use super::writes::{self, Error};
 use crate::api::{MaintenanceBudget, NodeMaintenance};
 use crate::cluster::Caches;
+use crate::controller::own_writes::OwnWrites;
 use crate::drain::admission::status::{BudgetObject, budget_status};
 use crate::drain::admission::{AdmissionOutput, Verdict, admit};
 use crate::metrics::{QUEUE_REASONS, QueueReasonLabel, metrics};
@@ -49,6 +50,9 @@ pub struct Context {
     pub caches: Arc<Caches>,
     /// Event recorder.
     pub recorder: Recorder,
+    /// The maintenance writes of this loop and of the reconciler that the shared cache has not
+    /// shown yet (shared with the reconciler's [`Context`](super::context::Context)).
+    pub own_writes: Arc<OwnWrites>,
 }
 
 /// Runs the admission loop until `shutdown` (the leader's term).
@@ -119,6 +123,8 @@ async fn pass(ctx: &Context, term: &CancellationToken) -> Result<Option<Timestam
         return Ok(None);
     };
     set_queued_gauges(&output);
+    ctx.own_writes
+        .retain(|name| maintenances.iter().any(|m| m.name_any() == name));
     let mut first = None;
     for (name, verdict) in &output.verdicts {
         let Verdict::Queue(queued) = verdict else {
@@ -127,17 +133,28 @@ async fn pass(ctx: &Context, term: &CancellationToken) -> Result<Option<Timestam
         let Some(nm) = maintenances.iter().find(|m| m.name_any() == *name) else {
             continue;
         };
+        // The copy decided on is no longer the cache's (the pass's writes take a while), or the
+        // cache is behind a write of the reconciler's (its first status, a finalizer): a write
+        // over this copy would be refused. The change's watch event brings the next pass.
+        let version = nm.resource_version();
+        let cached = ctx.caches.node_maintenances.get(None, name);
+        if cached.map(|c| c.resource_version()) != Some(version.clone())
+            || ctx.own_writes.behind(name, version.as_deref())
+        {
+            continue;
+        }
         let Some(condition) = queued_condition(nm, queued, now) else {
             continue;
         };
         let previous = admitted_condition(nm).map(|c| (c.status.clone(), c.reason.clone()));
+        debug!(maintenance = %name, version = ?version, "writing the queue status");
         let mut status = nm.status.clone().unwrap_or_default();
         let changed_reason =
             previous.as_ref() != Some(&(condition.status.clone(), condition.reason.clone()));
         let message = condition.message.clone();
         status.conditions = crate::api::with_condition(&status.conditions, condition);
         with_waiting_messages(&mut status, &queued.waiting, &message);
-        match writes::write_status(&ctx.client, nm, &status).await {
+        match writes::write_status(&ctx.client, &ctx.own_writes, nm, &status).await {
             Ok(_) if changed_reason => {
                 publish(ctx, nm, "Queued", message, false).await;
             }
@@ -187,7 +204,7 @@ async fn admit_confirmed(
         };
         let admitted: Vec<String> = state.admitted.iter().cloned().collect();
         let status = admitted_status(nm, &admitted, new, budgets, now);
-        writes::write_status(&ctx.client, nm, &status).await?;
+        writes::write_status(&ctx.client, &ctx.own_writes, nm, &status).await?;
         metrics().admissions.inc();
         let message = admitted_condition_message(&status);
         info!(maintenance = %name, nodes = ?new, budgets = ?budgets, "admitted");

@@ -11,6 +11,7 @@ use super::pacing::StatusWrites;
 use super::writes::Error;
 use crate::api::NodeMaintenance;
 use crate::cluster::Caches;
+use crate::controller::own_writes::OwnWrites;
 use crate::recorder::{Event, EventType, Recorder};
 
 /// What the reconciler needs.
@@ -29,6 +30,9 @@ pub struct Context {
     pub exclude_from_load_balancers: bool,
     /// When each maintenance's status was last written (its progress is paced).
     pub status_writes: StatusWrites,
+    /// The maintenance writes of this controller and of the admission loop that the shared cache
+    /// has not shown yet (shared with [`admission::Context`](super::admission::Context)).
+    pub own_writes: Arc<OwnWrites>,
 }
 
 /// An event to record on the maintenance once its writes succeeded.

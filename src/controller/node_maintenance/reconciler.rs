@@ -165,10 +165,19 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         .node_maintenances
         .get(None, &nm.name_any())
         .unwrap_or(nm);
+    // The cache is behind a write of ours (this reconciler's or the admission's): a decision on
+    // this copy would write over a version the server no longer has. The write's watch event
+    // brings the maintenance back.
+    if ctx
+        .own_writes
+        .behind(&nm.name_any(), nm.resource_version().as_deref())
+    {
+        return Ok(Requeue::await_change());
+    }
     let (stage, add_finalizer, remove_finalizer) = match lifecycle(&nm) {
         Lifecycle::Nothing => return Ok(Requeue::await_change()),
         Lifecycle::MoveToComplete => {
-            writes::move_to_complete(&ctx.client, &nm).await?;
+            writes::move_to_complete(&ctx.client, &ctx.own_writes, &nm).await?;
             return Ok(Requeue::await_change());
         }
         Lifecycle::Run {
@@ -181,7 +190,8 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
     if add_finalizer {
         let mut finalizers = current.finalizers().to_vec();
         finalizers.push(MAINTENANCE_FINALIZER.to_string());
-        current = writes::set_finalizers(&ctx.client, &current, finalizers).await?;
+        current =
+            writes::set_finalizers(&ctx.client, &ctx.own_writes, &current, finalizers).await?;
     }
     let now = Time(Timestamp::now());
     let old_status = current.status.clone().unwrap_or_default();
@@ -300,7 +310,7 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         StatusWrite::Unchanged => {}
         StatusWrite::Now => {
             debug!(ops = ?writes::status_ops(Some(&old_status), &status), "writing the status");
-            current = writes::write_status(&ctx.client, &current, &status).await?;
+            current = writes::write_status(&ctx.client, &ctx.own_writes, &current, &status).await?;
             ctx.status_writes.wrote(&name);
         }
         StatusWrite::Later(after) => progress_later = Some(after),
@@ -322,7 +332,13 @@ async fn reconcile_inner(nm: Arc<NodeMaintenance>, ctx: &Context) -> Result<Requ
         return Err(e);
     }
     if remove_finalizer && done {
-        writes::set_finalizers(&ctx.client, &current, finalizers_without_ours(&current)).await?;
+        writes::set_finalizers(
+            &ctx.client,
+            &ctx.own_writes,
+            &current,
+            finalizers_without_ours(&current),
+        )
+        .await?;
         return Ok(Requeue::await_change());
     }
     let next = match stage {

@@ -15,6 +15,7 @@ use crate::api::{
     EvictionRequest, MaintenanceBudget, MaintenanceBudgetStatus, NodeMaintenance,
     NodeMaintenanceStatus, Stage,
 };
+use crate::controller::own_writes::OwnWrites;
 
 /// A failed write (retried by the controller's error policy).
 #[derive(Debug, thiserror::Error)]
@@ -62,9 +63,27 @@ fn json_patch(ops: Value) -> Patch<()> {
     Patch::Json(serde_json::from_value(ops).unwrap_or_default())
 }
 
-/// Writes the finalizer list of the maintenance (to add or remove ours).
+/// Runs `write` of `nm` recorded in `written` as replacing `nm`'s version: recorded before it is
+/// sent, so that a copy at that version is behind while the write is in flight (the server may
+/// have applied it before its answer arrives), forgotten again when it fails.
+async fn recorded<T, E>(
+    written: &OwnWrites,
+    nm: &NodeMaintenance,
+    write: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let (name, from) = (nm.name_any(), nm.resource_version());
+    written.record(&name, from.as_deref());
+    let result = write.await;
+    if result.is_err() {
+        written.forget(&name, from.as_deref());
+    }
+    result
+}
+
+/// Writes the finalizer list of the maintenance (to add or remove ours), recorded in `written`.
 pub async fn set_finalizers(
     client: &Client,
+    written: &OwnWrites,
     nm: &NodeMaintenance,
     finalizers: Vec<String>,
 ) -> Result<NodeMaintenance, Error> {
@@ -74,20 +93,26 @@ pub async fn set_finalizers(
         {"op": "test", "path": "/metadata/resourceVersion", "value": nm.resource_version()},
         {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
     ]));
-    api.patch(&name, &PatchParams::default(), &patch)
+    let params = PatchParams::default();
+    recorded(written, nm, api.patch(&name, &params, &patch))
         .await
         .map_err(|e| Error::Finalizer(name, e))
 }
 
-/// Sets `spec.stage: Complete` on a maintenance being deleted.
-pub async fn move_to_complete(client: &Client, nm: &NodeMaintenance) -> Result<(), Error> {
+/// Sets `spec.stage: Complete` on a maintenance being deleted, recorded in `written`.
+pub async fn move_to_complete(
+    client: &Client,
+    written: &OwnWrites,
+    nm: &NodeMaintenance,
+) -> Result<(), Error> {
     let name = nm.name_any();
     let api: Api<NodeMaintenance> = Api::all(client.clone());
     let patch = json!({
         "metadata": {"resourceVersion": nm.resource_version()},
         "spec": {"stage": Stage::Complete},
     });
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    recorded(written, nm, api.patch(&name, &params, &patch))
         .await
         .map(drop)
         .map_err(|e| Error::Stage(name, e))
@@ -96,9 +121,10 @@ pub async fn move_to_complete(client: &Client, nm: &NodeMaintenance) -> Result<(
 /// Writes the status fields that differ from `nm`'s in one JSON patch guarded by
 /// `resourceVersion`. Fields this build does not know (written by a newer evictord: they were
 /// dropped when `nm` was decoded, so they are in neither status) are left as they are, so a
-/// rolled-back evictord does not erase them.
+/// rolled-back evictord does not erase them. Recorded in `written`.
 pub async fn write_status(
     client: &Client,
+    written: &OwnWrites,
     nm: &NodeMaintenance,
     status: &NodeMaintenanceStatus,
 ) -> Result<NodeMaintenance, Error> {
@@ -109,7 +135,8 @@ pub async fn write_status(
     ];
     ops.extend(status_ops(nm.status.as_ref(), status));
     let patch = json_patch(Value::Array(ops));
-    api.patch_status(&name, &PatchParams::default(), &patch)
+    let params = PatchParams::default();
+    recorded(written, nm, api.patch_status(&name, &params, &patch))
         .await
         .map_err(|e| Error::Status(name, e))
 }
