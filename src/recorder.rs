@@ -9,19 +9,22 @@
 //!   again when the pod is gone, `StageStarted` for each stage of a maintenance, `NodeCordoned`
 //!   for each of its nodes, `InterceptorCompleted` for each interceptor.
 //! - **Cluster-scoped objects.** Their events go to `default`; kube-apiserver before v1.22 takes
-//!   them only in `kube-system` (it refuses the others with "does not match event.namespace"),
-//!   so after the first such refusal they go there.
+//!   them only in `kube-system` (it refuses the others with "does not match event.namespace").
+//!   The process decides from the server's version once it has read it
+//!   ([`learn_server_version`], as `evictord serve` and the node agent do when they connect);
+//!   without it, after the first such refusal they go there.
 //! - **A repeat of an event that is gone** (deleted, or expired after kube-apiserver's event TTL)
 //!   is created anew instead of failing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::{Event, EventType, Reporter};
 
@@ -135,6 +138,45 @@ pub fn next_write(written: Option<&Written>, now: Timestamp) -> Write {
     }
 }
 
+/// The namespace a kube-apiserver of this version takes the events of cluster-scoped objects in
+/// (`None`: a version this cannot read). Read from `major` and `minor` (`"22+"` on some
+/// distributions), else from `gitVersion` (`v1.20.2`: a server built without them).
+pub fn cluster_scoped_namespace(version: &Info) -> Option<&'static str> {
+    let leading = |s: &str| -> Option<u32> {
+        let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    let from_fields = leading(&version.major).zip(leading(&version.minor));
+    let from_git = || {
+        let mut parts = version.git_version.strip_prefix('v')?.split('.');
+        leading(parts.next()?).zip(leading(parts.next()?))
+    };
+    let (major, minor) = from_fields.or_else(from_git)?;
+    Some(if (major, minor) < (1, 22) {
+        OLD_CLUSTER_SCOPED_NAMESPACE
+    } else {
+        CLUSTER_SCOPED_NAMESPACE
+    })
+}
+
+/// What this process knows of where kube-apiserver takes the events of cluster-scoped objects.
+const NOT_KNOWN: u8 = 0;
+const TAKES_DEFAULT: u8 = 1;
+const WANTS_KUBE_SYSTEM: u8 = 2;
+/// One kube-apiserver per process: every recorder shares what was learned of it.
+static CLUSTER_SCOPED: AtomicU8 = AtomicU8::new(NOT_KNOWN);
+
+/// Records kube-apiserver's version, read when the process connected: events of cluster-scoped
+/// objects go where that version takes them from the first one on (no refused write to learn it).
+pub fn learn_server_version(version: &Info) {
+    let known = match cluster_scoped_namespace(version) {
+        Some(OLD_CLUSTER_SCOPED_NAMESPACE) => WANTS_KUBE_SYSTEM,
+        Some(_) => TAKES_DEFAULT,
+        None => return,
+    };
+    CLUSTER_SCOPED.store(known, Ordering::Relaxed);
+}
+
 /// The namespace of an event about `regarding`: its own, or for a cluster-scoped object
 /// `cluster_scoped`.
 pub fn event_namespace(regarding: &ObjectReference, cluster_scoped: &str) -> String {
@@ -198,8 +240,6 @@ pub struct Recorder {
 
 struct Shared {
     remembered: Mutex<Remembered>,
-    /// Whether kube-apiserver wants events of cluster-scoped objects in `kube-system`.
-    old_cluster_scoped: AtomicBool,
     seq: AtomicU32,
 }
 
@@ -235,7 +275,6 @@ impl Recorder {
             reporter,
             shared: Arc::new(Shared {
                 remembered: Mutex::new(Remembered::default()),
-                old_cluster_scoped: AtomicBool::new(false),
                 seq: AtomicU32::new(0),
             }),
         }
@@ -313,7 +352,7 @@ impl Recorder {
         regarding: &ObjectReference,
         now: Timestamp,
     ) -> Result<Written, kube::Error> {
-        let cluster_scoped = if self.shared.old_cluster_scoped.load(Ordering::Relaxed) {
+        let cluster_scoped = if CLUSTER_SCOPED.load(Ordering::Relaxed) == WANTS_KUBE_SYSTEM {
             OLD_CLUSTER_SCOPED_NAMESPACE
         } else {
             CLUSTER_SCOPED_NAMESPACE
@@ -325,9 +364,7 @@ impl Recorder {
                     && cluster_scoped == CLUSTER_SCOPED_NAMESPACE
                     && regarding.namespace.as_deref().unwrap_or("").is_empty() =>
             {
-                self.shared
-                    .old_cluster_scoped
-                    .store(true, Ordering::Relaxed);
+                CLUSTER_SCOPED.store(WANTS_KUBE_SYSTEM, Ordering::Relaxed);
                 self.create_in(event, regarding, OLD_CLUSTER_SCOPED_NAMESPACE, now)
                     .await
             }
@@ -380,7 +417,25 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
+    use rstest::rstest;
+
     use super::*;
+
+    /// Recorded and written version documents (`tests/data/discovery/README.md`).
+    #[rstest]
+    #[case::recorded_1_20(include_str!("../tests/data/discovery/version-1.20.2.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
+    #[case::v1_21(include_str!("../tests/data/discovery/version-1.21.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
+    #[case::v1_22(include_str!("../tests/data/discovery/version-1.22.json"), Some(CLUSTER_SCOPED_NAMESPACE))]
+    #[case::distribution_1_34(include_str!("../tests/data/discovery/version-1.34-distribution.json"), Some(CLUSTER_SCOPED_NAMESPACE))]
+    #[case::built_without_fields(include_str!("../tests/data/discovery/version-no-fields.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
+    #[case::unreadable(r#"{"major": "", "minor": "", "gitVersion": "devel"}"#, None)]
+    fn the_namespace_of_cluster_scoped_events_follows_the_version(
+        #[case] document: &str,
+        #[case] expected: Option<&str>,
+    ) {
+        let info: Info = serde_json::from_str(document).expect("a version document");
+        assert_eq!(cluster_scoped_namespace(&info), expected);
+    }
 
     fn event(reason: &str, note: &str) -> Event {
         Event {

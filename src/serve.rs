@@ -65,6 +65,7 @@ pub async fn connect(
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
         Ok(Ok(v)) => {
             info!(version = %v.git_version, "connected to kube-apiserver");
+            crate::recorder::learn_server_version(&v);
             Ok(Some(clients))
         }
         Ok(Err(e)) if explicit => {
