@@ -6,7 +6,7 @@
 //! - [`cordon`]: cordoning a node (remembering its previous flag) and restoring it;
 //! - [`requests`]: which EvictionRequests to create or join while draining, and which to withdraw
 //!   from or delete in Complete;
-//! - [`pacing`]: when a maintenance's status is written (its progress at most every 2 s);
+//! - [`pacing`]: when a maintenance's status is written (its progress at most every 5 s);
 //! - [`admitted`]: the admission record and `Admitted` condition (SPEC 6.1), decided by
 //!   [`admit`](crate::drain::admission::admit) in the [`admission`] loop;
 //! - [`gather`]: the selected nodes and the whole-cluster input of

@@ -16,7 +16,7 @@ use crate::api::NodeMaintenanceStatus;
 
 /// The shortest time between two writes of a maintenance's status that change its progress
 /// alone.
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What to do with a newly computed status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
