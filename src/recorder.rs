@@ -17,16 +17,21 @@
 //!   is created anew instead of failing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::{Event, EventType, Reporter};
+pub use namespace::{
+    CLUSTER_SCOPED_NAMESPACE, OLD_CLUSTER_SCOPED_NAMESPACE, cluster_scoped_namespace,
+    event_namespace, learn_server_version, refuses_namespace,
+};
+
+mod namespace;
 
 /// How long after an event's last occurrence an identical one still counts as a repeat (as
 /// kube-runtime and client-go: six minutes).
@@ -38,12 +43,6 @@ pub const MAX_REMEMBERED: usize = 8192;
 
 /// How often remembered events older than [`SERIES_WINDOW`] are forgotten.
 const FORGET_EVERY: SignedDuration = SignedDuration::from_mins(1);
-
-/// The namespace of events about cluster-scoped objects, and the one kube-apiserver before
-/// v1.22 requires instead.
-pub const CLUSTER_SCOPED_NAMESPACE: &str = "default";
-/// See [`CLUSTER_SCOPED_NAMESPACE`].
-pub const OLD_CLUSTER_SCOPED_NAMESPACE: &str = "kube-system";
 
 /// What makes two events the same: every field the recorder writes but the time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -138,55 +137,6 @@ pub fn next_write(written: Option<&Written>, now: Timestamp) -> Write {
     }
 }
 
-/// The namespace a kube-apiserver of this version takes the events of cluster-scoped objects in
-/// (`None`: a version this cannot read). Read from `major` and `minor` (`"22+"` on some
-/// distributions), else from `gitVersion` (`v1.20.2`: a server built without them).
-pub fn cluster_scoped_namespace(version: &Info) -> Option<&'static str> {
-    let leading = |s: &str| -> Option<u32> {
-        let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok()
-    };
-    let from_fields = leading(&version.major).zip(leading(&version.minor));
-    let from_git = || {
-        let mut parts = version.git_version.strip_prefix('v')?.split('.');
-        leading(parts.next()?).zip(leading(parts.next()?))
-    };
-    let (major, minor) = from_fields.or_else(from_git)?;
-    Some(if (major, minor) < (1, 22) {
-        OLD_CLUSTER_SCOPED_NAMESPACE
-    } else {
-        CLUSTER_SCOPED_NAMESPACE
-    })
-}
-
-/// What this process knows of where kube-apiserver takes the events of cluster-scoped objects.
-const NOT_KNOWN: u8 = 0;
-const TAKES_DEFAULT: u8 = 1;
-const WANTS_KUBE_SYSTEM: u8 = 2;
-/// One kube-apiserver per process: every recorder shares what was learned of it.
-static CLUSTER_SCOPED: AtomicU8 = AtomicU8::new(NOT_KNOWN);
-
-/// Records kube-apiserver's version, read when the process connected: events of cluster-scoped
-/// objects go where that version takes them from the first one on (no refused write to learn it).
-pub fn learn_server_version(version: &Info) {
-    let known = match cluster_scoped_namespace(version) {
-        Some(OLD_CLUSTER_SCOPED_NAMESPACE) => WANTS_KUBE_SYSTEM,
-        Some(_) => TAKES_DEFAULT,
-        None => return,
-    };
-    CLUSTER_SCOPED.store(known, Ordering::Relaxed);
-}
-
-/// The namespace of an event about `regarding`: its own, or for a cluster-scoped object
-/// `cluster_scoped`.
-pub fn event_namespace(regarding: &ObjectReference, cluster_scoped: &str) -> String {
-    regarding
-        .namespace
-        .clone()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| cluster_scoped.to_string())
-}
-
 /// The longest object name kube-apiserver takes (a DNS subdomain).
 const MAX_NAME: usize = 253;
 
@@ -208,13 +158,6 @@ pub fn event_name(
     }
     let base = base[..end].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     format!("{base}{suffix}")
-}
-
-/// Whether kube-apiserver refused an event of a cluster-scoped object for its namespace (before
-/// v1.22 only `kube-system` is accepted).
-pub fn refuses_namespace(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s)
-        if s.code == 422 && s.message.contains("does not match event.namespace"))
 }
 
 fn is_not_found(error: &kube::Error) -> bool {
@@ -352,11 +295,7 @@ impl Recorder {
         regarding: &ObjectReference,
         now: Timestamp,
     ) -> Result<Written, kube::Error> {
-        let cluster_scoped = if CLUSTER_SCOPED.load(Ordering::Relaxed) == WANTS_KUBE_SYSTEM {
-            OLD_CLUSTER_SCOPED_NAMESPACE
-        } else {
-            CLUSTER_SCOPED_NAMESPACE
-        };
+        let cluster_scoped = namespace::cluster_scoped_now();
         let namespace = event_namespace(regarding, cluster_scoped);
         match self.create_in(event, regarding, &namespace, now).await {
             Err(e)
@@ -364,7 +303,7 @@ impl Recorder {
                     && cluster_scoped == CLUSTER_SCOPED_NAMESPACE
                     && regarding.namespace.as_deref().unwrap_or("").is_empty() =>
             {
-                CLUSTER_SCOPED.store(WANTS_KUBE_SYSTEM, Ordering::Relaxed);
+                namespace::learn_refused();
                 self.create_in(event, regarding, OLD_CLUSTER_SCOPED_NAMESPACE, now)
                     .await
             }
@@ -417,25 +356,7 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
-    use rstest::rstest;
-
     use super::*;
-
-    /// Recorded and written version documents (`tests/data/discovery/README.md`).
-    #[rstest]
-    #[case::recorded_1_20(include_str!("../tests/data/discovery/version-1.20.2.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
-    #[case::v1_21(include_str!("../tests/data/discovery/version-1.21.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
-    #[case::v1_22(include_str!("../tests/data/discovery/version-1.22.json"), Some(CLUSTER_SCOPED_NAMESPACE))]
-    #[case::distribution_1_34(include_str!("../tests/data/discovery/version-1.34-distribution.json"), Some(CLUSTER_SCOPED_NAMESPACE))]
-    #[case::built_without_fields(include_str!("../tests/data/discovery/version-no-fields.json"), Some(OLD_CLUSTER_SCOPED_NAMESPACE))]
-    #[case::unreadable(r#"{"major": "", "minor": "", "gitVersion": "devel"}"#, None)]
-    fn the_namespace_of_cluster_scoped_events_follows_the_version(
-        #[case] document: &str,
-        #[case] expected: Option<&str>,
-    ) {
-        let info: Info = serde_json::from_str(document).expect("a version document");
-        assert_eq!(cluster_scoped_namespace(&info), expected);
-    }
 
     fn event(reason: &str, note: &str) -> Event {
         Event {
@@ -541,16 +462,6 @@ mod tests {
     }
 
     #[test]
-    fn events_of_cluster_scoped_objects_go_to_the_given_namespace() {
-        assert_eq!(event_namespace(&object(Some("ns"), "a"), "default"), "ns");
-        assert_eq!(event_namespace(&object(None, "nm"), "default"), "default");
-        assert_eq!(
-            event_namespace(&object(Some(""), "nm"), "kube-system"),
-            "kube-system"
-        );
-    }
-
-    #[test]
     fn event_names_differ_within_one_nanosecond() {
         let now = ts("2026-01-01T00:00:00.000000001Z");
         let a = event_name(&object(Some("ns"), "er"), "evictord", now, 0);
@@ -566,26 +477,6 @@ mod tests {
         assert!(name.starts_with(&"a".repeat(230)), "{name}");
         let label_end = name.rfind('.').unwrap() - 1;
         assert!(name.as_bytes()[label_end].is_ascii_alphanumeric(), "{name}");
-    }
-
-    #[test]
-    fn only_the_namespace_refusal_of_old_servers_moves_events() {
-        let api = |code: u16, message: &str| {
-            kube::Error::Api(
-                kube::core::Status::failure(message, "Invalid")
-                    .with_code(code)
-                    .boxed(),
-            )
-        };
-        assert!(refuses_namespace(&api(
-            422,
-            "Event.events.k8s.io \"nm.1\" is invalid: metadata.namespace: Invalid value: \"default\": does not match event.namespace"
-        )));
-        assert!(!refuses_namespace(&api(422, "note: Too long")));
-        assert!(!refuses_namespace(&api(
-            403,
-            "does not match event.namespace"
-        )));
     }
 
     #[test]
