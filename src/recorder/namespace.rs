@@ -4,7 +4,7 @@
 //! the server's version when the process connects ([`learn_server_version`]); a process that has
 //! not read it learns from the first refusal.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::version::Info;
@@ -36,17 +36,14 @@ pub fn cluster_scoped_namespace(version: &Info) -> Option<&'static str> {
     })
 }
 
-/// What this process knows of where kube-apiserver takes the events of cluster-scoped objects.
-const NOT_KNOWN: u8 = 0;
-const TAKES_DEFAULT: u8 = 1;
-const WANTS_KUBE_SYSTEM: u8 = 2;
-/// One kube-apiserver per process: every recorder shares what was learned of it.
-static CLUSTER_SCOPED: AtomicU8 = AtomicU8::new(NOT_KNOWN);
+/// Whether kube-apiserver wants the events of cluster-scoped objects in `kube-system`. One
+/// kube-apiserver per process: every recorder shares what was learned of it.
+static WANTS_KUBE_SYSTEM: AtomicBool = AtomicBool::new(false);
 
 /// Where events of cluster-scoped objects go now: `default`, unless this process learned that
 /// kube-apiserver wants `kube-system`.
 pub(super) fn cluster_scoped_now() -> &'static str {
-    if CLUSTER_SCOPED.load(Ordering::Relaxed) == WANTS_KUBE_SYSTEM {
+    if WANTS_KUBE_SYSTEM.load(Ordering::Relaxed) {
         OLD_CLUSTER_SCOPED_NAMESPACE
     } else {
         CLUSTER_SCOPED_NAMESPACE
@@ -56,18 +53,15 @@ pub(super) fn cluster_scoped_now() -> &'static str {
 /// Records that kube-apiserver refused an event of a cluster-scoped object in `default`
 /// ([`refuses_namespace`]): the next ones go to `kube-system`.
 pub(super) fn learn_refused() {
-    CLUSTER_SCOPED.store(WANTS_KUBE_SYSTEM, Ordering::Relaxed);
+    WANTS_KUBE_SYSTEM.store(true, Ordering::Relaxed);
 }
 
 /// Records kube-apiserver's version, read when the process connected: events of cluster-scoped
 /// objects go where that version takes them from the first one on (no refused write to learn it).
 pub fn learn_server_version(version: &Info) {
-    let known = match cluster_scoped_namespace(version) {
-        Some(OLD_CLUSTER_SCOPED_NAMESPACE) => WANTS_KUBE_SYSTEM,
-        Some(_) => TAKES_DEFAULT,
-        None => return,
-    };
-    CLUSTER_SCOPED.store(known, Ordering::Relaxed);
+    if let Some(namespace) = cluster_scoped_namespace(version) {
+        WANTS_KUBE_SYSTEM.store(namespace == OLD_CLUSTER_SCOPED_NAMESPACE, Ordering::Relaxed);
+    }
 }
 
 /// The namespace of an event about `regarding`: its own, or for a cluster-scoped object
