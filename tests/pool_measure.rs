@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime};
 use evictord::api::NodeMaintenance;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
-use support::audit::{self, client_of, count_by_client, evictord_component};
+use support::audit::{
+    self, client_of, controller_manager_controller, count_by_client, evictord_component,
+};
 use support::pool::measure::{Availability, floor_broken};
 use support::pool::nodes::{NodeWatch, Peak, Span, held_nodes};
 use support::pool::workloads::{self, Budget, MIX, Variant};
@@ -325,6 +327,28 @@ fn a_request_is_counted_for_the_client_its_user_agent_names() {
         assert_eq!(client_of(ua), client, "{ua:?}");
         assert_eq!(evictord_component(ua), component, "{ua:?}");
     }
+    // kube-controller-manager's controllers each name themselves after the commit.
+    let controllers = [
+        (
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19/replicaset-controller",
+            Some("replicaset-controller"),
+        ),
+        (
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19/metadata-informers",
+            Some("metadata-informers"),
+        ),
+        (
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19",
+            None,
+        ),
+        (
+            "kubectl/v1.35.2 (linux/amd64) kubernetes/abc/deployment-controller",
+            None,
+        ),
+    ];
+    for (ua, controller) in controllers {
+        assert_eq!(controller_manager_controller(ua), controller, "{ua:?}");
+    }
     let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
     let request = |ua: &str, s: u64| audit::AuditedRequest {
         user: "admin".into(),
@@ -342,9 +366,27 @@ fn a_request_is_counted_for_the_client_its_user_agent_names() {
         request("kubectl/v1.35.2", 12),
         request("", 13),
         request("pool-kubelet", 21),
+        request(
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19/disruption-controller",
+            14,
+        ),
+        request(
+            "kube-controller-manager/v1.20.2 (linux/amd64) kubernetes/faecb19",
+            15,
+        ),
     ];
     let counts = count_by_client(&log, at(10), at(20));
-    assert_eq!(counts.total, 4);
+    assert_eq!(counts.total, 6);
+    assert_eq!(counts.of("kube-controller-manager"), 2);
+    assert_eq!(
+        counts.controller_manager_by_controller["disruption-controller"],
+        1
+    );
+    assert_eq!(counts.controller_manager_by_controller["-"], 1);
+    assert_eq!(
+        counts.controller_manager_by_request["disruption-controller get pods 200"],
+        1
+    );
     assert_eq!(counts.of("evictord"), 2);
     assert_eq!(counts.of("kubectl"), 1);
     assert_eq!(counts.of("pool-kubelet"), 0);

@@ -46,6 +46,7 @@ mod memory;
 mod pool;
 mod pool_attribution;
 mod pool_clients;
+mod pool_controllers;
 mod pool_drive;
 mod pool_endpoints;
 mod pool_files;

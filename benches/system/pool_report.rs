@@ -173,6 +173,7 @@ pub fn markdown(part: Option<&Result<PoolResults, String>>) -> String {
     o += "\n";
     o += &crate::pool_endpoints::table(p);
     o += &crate::pool_clients::table(p);
+    o += &crate::pool_controllers::table(p);
     for m in ok_modes(p) {
         o += &details(m);
     }
@@ -327,6 +328,7 @@ fn details(m: &ModeResult) -> String {
         m.etcd_cpu_cores.map_or("?".into(), |c| format!("{c:.2}")),
     );
     o += &crate::pool_clients::details(m);
+    o += &crate::pool_controllers::details(m);
     if !m.apiserver_histograms.is_empty() {
         o += &format!(
             "- kube-apiserver's own histograms, the series that took the most time (calls, mean, p99 bucket bound): {}.\n",

@@ -395,6 +395,16 @@ pub fn evictord_component(user_agent: &str) -> Option<&str> {
     (!component.is_empty()).then_some(component)
 }
 
+/// The controller a kube-controller-manager user agent names
+/// (`kube-controller-manager/<version> (<os>/<arch>) kubernetes/<commit>/<controller>`: each of
+/// its controllers has a client of its own), `None` for any other client or without one.
+pub fn controller_manager_controller(user_agent: &str) -> Option<&str> {
+    let rest = user_agent.strip_prefix("kube-controller-manager/")?;
+    let after_commit = rest.split_once(") kubernetes/")?.1.split_once('/')?.1;
+    let controller = after_commit.trim();
+    (!controller.is_empty()).then_some(controller)
+}
+
 /// Asserts that evictord's Eviction API bridge (its `webhook` component) wrote none of
 /// `namespace`'s EvictionRequests since `from` (`how` names the drain in the failure). Call it
 /// on a drain where nothing but evictord calls the Eviction API: the bridge lets evictord's own
@@ -507,7 +517,8 @@ pub fn status_writes_after_pod_gone(
     (writes, evicted.len())
 }
 
-/// Requests counted by client, and evictord's by component.
+/// Requests counted by client, evictord's by component and kube-controller-manager's by
+/// controller.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ClientCounts {
     /// Every request counted.
@@ -519,6 +530,12 @@ pub struct ClientCounts {
     /// evictord's requests by component, verb, resource and answer (`controller patch
     /// evictionrequests/status 200`): where its bill goes.
     pub evictord_by_request: BTreeMap<String, usize>,
+    /// kube-controller-manager's requests by [`controller_manager_controller`] (`-` for its
+    /// requests that name none).
+    pub controller_manager_by_controller: BTreeMap<String, usize>,
+    /// kube-controller-manager's requests by controller, verb, resource and answer
+    /// (`replicaset-controller create pods 201`).
+    pub controller_manager_by_request: BTreeMap<String, usize>,
     /// The user agents counted as `other`, with their requests (what to name next).
     pub other_user_agents: BTreeMap<String, usize>,
 }
@@ -554,6 +571,17 @@ pub fn count_by_client(
             *counts
                 .evictord_by_request
                 .entry(format!("{component} {} {} {}", r.verb, r.resource, r.code))
+                .or_default() += 1;
+        }
+        if client == "kube-controller-manager" {
+            let controller = controller_manager_controller(&r.user_agent).unwrap_or("-");
+            *counts
+                .controller_manager_by_controller
+                .entry(controller.to_string())
+                .or_default() += 1;
+            *counts
+                .controller_manager_by_request
+                .entry(format!("{controller} {} {} {}", r.verb, r.resource, r.code))
                 .or_default() += 1;
         }
         if client == "other" {
