@@ -399,6 +399,55 @@ pub fn settle(f: &DeploymentFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle
     })
 }
 
+/// Whether the places of a surge of Deployment `name` may be handed to pods waiting to join it
+/// ([`hand_over`]): the surge's own Deployment, still one it would surge (not autoscaled, paused,
+/// Recreate, rolling out or of maxSurge 0: those waiting pods complete without a surge).
+pub fn may_hand_over(f: &DeploymentFacts, name: &str) -> bool {
+    ineligible(f, name, true, Duration::ZERO).is_none()
+}
+
+/// [`settle`]'s write `s` with the places of the pods whose surge finished handed to pods of
+/// the same Deployment waiting to join it (`waiting`, first come first), within `maxSurge`,
+/// instead of given back; `None` when no place is handed over. The replacement the ReplicaSet
+/// started when the finished pod began terminating (`spec.replicas` still held the surge) is
+/// then the next pod's surge: `spec.replicas` stays up instead of coming down (the ReplicaSet
+/// deleting that replacement) and going up again (starting another), two Deployment writes and
+/// a pod started and stopped fewer per pod handed over. The pod taken in waits, as one that
+/// joined, until its surge is available ([`on_activation`], [`confirmed`]).
+pub fn hand_over(
+    f: &DeploymentFacts,
+    s: &Settle,
+    waiting: &[SurgedPod],
+) -> Option<(Settle, Vec<SurgedPod>)> {
+    let recorded = f.record.as_ref().ok()?.as_ref()?;
+    if s.abandoned || s.finished == 0 {
+        return None;
+    }
+    let mut next = s.record.clone().unwrap_or(SurgeRecord {
+        base: recorded.base,
+        ..SurgeRecord::default()
+    });
+    let room = usize::try_from(f.max_surge).unwrap_or(0);
+    let places = s.finished.min(room.saturating_sub(next.pods.len()));
+    let taken: Vec<SurgedPod> = waiting
+        .iter()
+        .filter(|p| !recorded.covers(&p.uid) && !recorded.abandoned.iter().any(|a| a.uid == p.uid))
+        .take(places)
+        .cloned()
+        .collect();
+    if taken.is_empty() {
+        return None;
+    }
+    next.pods.extend(taken.iter().cloned());
+    let to = next.expected_replicas();
+    let settle = Settle {
+        replicas: (to != f.replicas).then_some((f.replicas, to)),
+        record: Some(next),
+        ..s.clone()
+    };
+    Some((settle, taken))
+}
+
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;

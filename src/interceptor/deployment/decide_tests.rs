@@ -236,6 +236,61 @@ fn settle_rows(
     assert_eq!(settle(&f, &fates), expected);
 }
 
+fn surge_of(max_surge: i32, f: DeploymentFacts) -> DeploymentFacts {
+    DeploymentFacts { max_surge, ..f }
+}
+
+#[rstest]
+// The place of a pod gone goes to the pod waiting: spec.replicas stays.
+#[case::gone_to_the_waiting(surged(1, &["a"], 2), &[("a", Fate::Gone)], &["b"], Some((&["b"][..], None, &["b"][..])))]
+#[case::nobody_waiting(surged(1, &["a"], 2), &[("a", Fate::Gone)], &[], None)]
+#[case::first_come_first(surged(1, &["a"], 2), &[("a", Fate::Gone)], &["b", "c"], Some((&["b"][..], None, &["b"][..])))]
+// Two places finished, one taken: the other is given back.
+#[case::more_places_than_waiting(surge_of(2, surged(3, &["a", "b"], 5)), &[("a", Fate::Gone), ("b", Fate::Gone)], &["c"], Some((&["c"][..], Some((5, 4)), &["c"][..])))]
+#[case::one_of_two_gone(surge_of(2, surged(3, &["a", "b"], 5)), &[("a", Fate::Gone), ("b", Fate::Pending)], &["c", "d"], Some((&["b", "c"][..], None, &["c"][..])))]
+// A canceled request's place is given back: its pod stays.
+#[case::canceled_given_back(surged(1, &["a"], 2), &[("a", Fate::Kept)], &["b"], None)]
+#[case::gone_and_canceled(surge_of(2, surged(1, &["a", "b"], 3)), &[("a", Fate::Gone), ("b", Fate::Kept)], &["c"], Some((&["c"][..], Some((3, 2)), &["c"][..])))]
+// maxSurge lowered during the surge: no place beyond it.
+#[case::max_surge_lowered(surged(3, &["a", "b"], 5), &[("a", Fate::Gone), ("b", Fate::Pending)], &["c"], None)]
+// A pod the surge covers or abandoned is not taken in again.
+#[case::covered_not_taken(surge_of(2, surged(3, &["a", "b"], 5)), &[("a", Fate::Gone), ("b", Fate::Pending)], &["b"], None)]
+#[case::user_scaled(DeploymentFacts { replicas: 7, ..surged(1, &["a"], 2) }, &[("a", Fate::Gone)], &["b"], None)]
+fn hand_over_rows(
+    #[case] f: DeploymentFacts,
+    #[case] fates: &[(&str, Fate)],
+    #[case] waiting: &[&str],
+    #[case] expected: Option<(&[&str], Option<(i32, i32)>, &[&str])>,
+) {
+    let fates: Vec<(SurgedPod, Fate)> = fates.iter().map(|(u, f)| (pod(u), *f)).collect();
+    let waiting: Vec<SurgedPod> = waiting.iter().map(|u| pod(u)).collect();
+    let s = settle(&f, &fates).expect("a settling write");
+    let got = hand_over(&f, &s, &waiting);
+    let expected = expected.map(|(pods, replicas, taken)| {
+        let base = f.record.clone().unwrap().unwrap().base;
+        (
+            Settle {
+                record: Some(record(base, pods)),
+                replicas,
+                ..s.clone()
+            },
+            taken.iter().map(|u| pod(u)).collect::<Vec<_>>(),
+        )
+    });
+    assert_eq!(got, expected);
+}
+
+#[rstest]
+#[case::surged(facts(2), true)]
+#[case::paused(DeploymentFacts { paused: true, ..facts(2) }, false)]
+#[case::autoscaled(DeploymentFacts { hpa: Some("h".into()), ..facts(2) }, false)]
+#[case::recreate(DeploymentFacts { strategy: Strategy::Recreate, ..facts(2) }, false)]
+#[case::rolling_out(DeploymentFacts { updated_replicas: 1, ..facts(2) }, false)]
+#[case::no_max_surge(DeploymentFacts { max_surge: 0, ..facts(2) }, false)]
+fn may_hand_over_rows(#[case] f: DeploymentFacts, #[case] may: bool) {
+    assert_eq!(may_hand_over(&f, "d"), may);
+}
+
 #[rstest]
 #[case::just_seen(Duration::ZERO, "wait")]
 #[case::within_the_bound(UNOBSERVED_WAIT - Duration::from_secs(1), "wait")]

@@ -7,7 +7,8 @@
 //! has that many available replicas, and completes; the next interceptor (in the end the
 //! Eviction API, which the PodDisruptionBudget now allows) removes the pod. The [`settler`]
 //! brings `spec.replicas` back once the pod is terminating or gone, or undoes the surge when the request is
-//! canceled. Every Deployment write tests its resourceVersion and the replicas it replaces, so
+//! canceled; a place that a pod which left frees goes to the next pod of the Deployment waiting
+//! for one instead ([`decide::hand_over`]), `spec.replicas` staying up. Every Deployment write tests its resourceVersion and the replicas it replaces, so
 //! a user's scale is never overwritten: it wins, and the record is dropped.
 //!
 //! Built only on [`crate::interceptor`] and the Kubernetes API (convention 16).
@@ -93,6 +94,7 @@ pub fn run(
         client.clone(),
         pods,
         runner.requests(),
+        autoscalers.clone(),
         deployments.subscribe(),
         deployments.store(),
         shutdown.clone(),

@@ -1,7 +1,8 @@
 //! The settler: a kube-runtime `Controller` on Deployments that carry a surge record. For each
 //! covered pod it finds the [`Fate`] (pod terminating or gone; request canceled or deleted; pending) and writes
 //! [`settle`]'s result, so `spec.replicas` returns to its base once the pods leave, also after
-//! a restart or on a newly elected evictord.
+//! a restart or on a newly elected evictord; the place of a pod that left goes to a pod of the
+//! Deployment waiting for room in the surge, when there is one ([`hand_over`]).
 
 use std::sync::Arc;
 
@@ -14,26 +15,33 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::decide::{Fate, counted_out, has_left, settle};
+use super::decide::{
+    Fate, Settle, active_in, counted_out, hand_over, has_left, may_hand_over, settle,
+};
 use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
 use super::{Error, SETTLE_POLL};
 use crate::api::{CONDITION_CANCELED, EvictionRequest};
 use crate::interceptor::PodCache;
+use crate::interceptor::autoscalers::{Autoscalers, scaling};
 
 struct Context {
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
+    autoscalers: Autoscalers,
     recorder: Recorder,
 }
 
 /// Runs the settler until `shutdown`, on the shared watch's `changes` and `store`, reading the
-/// covered pods from `pods` and their requests from `requests` (the runner's caches).
+/// covered pods from `pods` and their requests from `requests` (the runner's caches), and the
+/// autoscalers from `autoscalers` (a surge's places are handed over only on a Deployment no
+/// autoscaler scales, [`may_hand_over`]).
 pub(super) async fn run(
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
+    autoscalers: Autoscalers,
     changes: ReflectHandle<Deployment>,
     store: Store<Deployment>,
     shutdown: CancellationToken,
@@ -43,6 +51,7 @@ pub(super) async fn run(
         client,
         pods,
         requests,
+        autoscalers,
     });
     Controller::for_shared_stream(changes, store)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -150,9 +159,26 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(SETTLE_POLL));
     };
+    let (s, taken) = match handed_over(&ctx, &d, &facts, &s).await? {
+        Some(handed) => handed,
+        None => (s, Vec::new()),
+    };
     patch_deployment(&ctx.client, &d, s.replicas, s.record.as_ref()).await?;
     let name = d.name_any();
     let (reason, note) = match s.replicas {
+        _ if !taken.is_empty() => {
+            for _ in 0..s.finished {
+                count("finished");
+            }
+            for _ in 0..s.undone {
+                count("undone");
+            }
+            // Each pod taken in starts its surge here, as one that joined.
+            for _ in &taken {
+                count("started");
+            }
+            ("SurgeHandedOver", handed_over_note(&s, &taken))
+        }
         _ if s.abandoned => {
             count("abandoned");
             (
@@ -189,6 +215,85 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     info!(deployment = %format!("{ns}/{name}"), reason, "{note}");
     event(&ctx.recorder, &d, reason, note).await;
     Ok(requeue(&s))
+}
+
+/// [`settle`]'s write `s` with the finished pods' places handed to the pods waiting to join the
+/// surge ([`hand_over`]), and those pods; `None` to give the places back. Waiting: an
+/// EvictionRequest of the namespace, not ended, whose active interceptor is this one, for an
+/// active pod of the Deployment (from the caches: the runner's requests, the interceptors' pods)
+/// that the surge neither covers nor abandoned; the oldest request first.
+async fn handed_over(
+    ctx: &Context,
+    d: &Deployment,
+    facts: &DeploymentFacts,
+    s: &Settle,
+) -> Result<Option<(Settle, Vec<SurgedPod>)>, Error> {
+    if s.finished == 0 || s.abandoned {
+        return Ok(None);
+    }
+    let (ns, name) = (d.namespace().unwrap_or_default(), d.name_any());
+    // Unknown while the autoscalers' cache has not synced: give the places back.
+    let Some(autoscalers) = ctx.autoscalers.in_namespace(&ns) else {
+        return Ok(None);
+    };
+    let facts = DeploymentFacts {
+        hpa: scaling(autoscalers.iter().map(AsRef::as_ref), "Deployment", &name),
+        ..facts.clone()
+    };
+    if !may_hand_over(&facts, &name) {
+        return Ok(None);
+    }
+    let mut candidates: Vec<Arc<EvictionRequest>> = ctx
+        .requests
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| {
+            r.status.as_ref().is_some_and(|st| {
+                !st.is_terminal()
+                    && !st.is_true(CONDITION_CANCELED)
+                    && st.active_interceptors.first().map(String::as_str) == Some(super::NAME)
+            })
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    let mut waiting = Vec::new();
+    for r in candidates {
+        let p = SurgedPod {
+            name: r.spec.target.pod.name.clone(),
+            uid: r.name_any(),
+        };
+        let pod = ctx
+            .pods
+            .get(&ns, &p.name, &p.uid)
+            .await
+            .map_err(|e| Error::Read(format!("pod {}", p.name), e))?;
+        if pod.is_some_and(|pod| {
+            pod.metadata.uid.as_deref() == Some(&p.uid) && active_in(&pod, &name)
+        }) {
+            waiting.push(p);
+        }
+    }
+    Ok(hand_over(&facts, s, &waiting))
+}
+
+/// The event's note of a settling that handed places over ([`handed_over`]).
+fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
+    let names: Vec<&str> = taken.iter().map(|p| p.name.as_str()).collect();
+    let replicas = match s.replicas {
+        Some((from, to)) => format!("Returned from {from} to {to} replicas"),
+        None => "Kept the replicas".to_string(),
+    };
+    format!(
+        "{replicas}: {} evicted pod(s) terminating or gone, their place in the surge handed to pod(s) {} waiting for it",
+        s.finished,
+        names.join(", ")
+    )
 }
 
 fn requeue(s: &super::decide::Settle) -> Action {
