@@ -236,6 +236,9 @@ fn settle_rows(
     assert_eq!(settle(&f, &fates), expected);
 }
 
+/// A row's expected hand-over: the record's pods, the replicas written, the pods taken in.
+type HandedOver<'a> = Option<(&'a [&'a str], Option<(i32, i32)>, &'a [&'a str])>;
+
 fn surge_of(max_surge: i32, f: DeploymentFacts) -> DeploymentFacts {
     DeploymentFacts { max_surge, ..f }
 }
@@ -260,7 +263,7 @@ fn hand_over_rows(
     #[case] f: DeploymentFacts,
     #[case] fates: &[(&str, Fate)],
     #[case] waiting: &[&str],
-    #[case] expected: Option<(&[&str], Option<(i32, i32)>, &[&str])>,
+    #[case] expected: HandedOver<'_>,
 ) {
     let fates: Vec<(SurgedPod, Fate)> = fates.iter().map(|(u, f)| (pod(u), *f)).collect();
     let waiting: Vec<SurgedPod> = waiting.iter().map(|u| pod(u)).collect();
