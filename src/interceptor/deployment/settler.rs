@@ -248,6 +248,9 @@ async fn handed_over(
         .state()
         .into_iter()
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        // A pod of the Deployment is named `<name>-<pod-template-hash>-<suffix>`: no read of
+        // the pods of other Deployments (`active_in` decides on those that pass).
+        .filter(|r| r.spec.target.pod.name.starts_with(&format!("{name}-")))
         .filter(|r| {
             r.status.as_ref().is_some_and(|st| {
                 !st.is_terminal()
