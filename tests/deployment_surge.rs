@@ -19,7 +19,7 @@ use std::time::Duration;
 use evictord::api::EvictionRequest;
 use evictord::interceptor::{BoxError, Interceptor, Progress, Runner, Settings};
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
@@ -46,15 +46,7 @@ async fn drain_keeps_available(replicas: i32, max_surge: i32, prefix: &str) {
 async fn drain_keeps_available_at_most(replicas: i32, max_surge: i32, prefix: &str) -> i32 {
     let (client, ns) = setup(prefix).await;
     let s = Scenario::start(client, &ns, replicas, max_surge).await;
-    let sampler = s.sample();
-    s.drain().await;
-    s.wait_drained(Duration::from_secs(180)).await;
-    s.wait_settled_on(
-        &s.b.clone(),
-        "the Deployment back at its replicas on node b",
-    )
-    .await;
-    let ((min, samples), most) = sampler.stop_all().await;
+    let ((min, samples), most) = s.drain_sampled().await;
     // The sampler ran before, through and after the drain (which the wakes made short: a second or two).
     assert!(samples >= 3, "only {samples} samples");
     assert!(
@@ -62,17 +54,7 @@ async fn drain_keeps_available_at_most(replicas: i32, max_surge: i32, prefix: &s
         "the Deployment had only {min} available replicas during the drain (want ≥ {replicas})"
     );
     // Events on the Deployment and the metrics (other tests of this binary add to the counters).
-    let events: Api<Event> = Api::namespaced(s.client.clone(), &ns);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
-        .filter_map(|e| e.reason)
-        .collect();
-    // (Repeated events are folded into one with a count.)
+    let reasons = s.deployment_event_reasons().await;
     for reason in ["SurgeStarted", "SurgeFinished"] {
         assert!(
             reasons.iter().any(|r| r == reason),

@@ -7,11 +7,8 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::Event;
-use kube::Api;
-use kube::api::ListParams;
 use support::audit::controller_manager_controller;
 use support::surge::{FLAGS, Scenario};
 
@@ -27,16 +24,8 @@ async fn a_surge_goes_from_pod_to_pod_without_a_replacement_stopped_each_time() 
     support::evictord::shared(FLAGS).await;
     let (client, ns) = (c.client().await, c.namespace("surge-handover").await);
     let s = Scenario::start(client, &ns, REPLICAS, 1).await;
-    let sampler = s.sample();
     let from = SystemTime::now();
-    s.drain().await;
-    s.wait_drained(Duration::from_secs(180)).await;
-    s.wait_settled_on(
-        &s.b.clone(),
-        "the Deployment back at its replicas on node b",
-    )
-    .await;
-    let ((min, samples), most) = sampler.stop_all().await;
+    let ((min, samples), most) = s.drain_sampled().await;
     assert!(samples >= 3, "only {samples} samples");
     assert!(
         min >= REPLICAS,
@@ -69,16 +58,7 @@ async fn a_surge_goes_from_pod_to_pod_without_a_replacement_stopped_each_time() 
         REPLICAS + 1
     );
 
-    let events: Api<Event> = Api::namespaced(s.client.clone(), &ns);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = s.deployment_event_reasons().await;
     for reason in ["SurgeStarted", "SurgeHandedOver", "SurgeFinished"] {
         assert!(
             reasons.iter().any(|r| r == reason),

@@ -177,14 +177,7 @@ impl ClientFigures {
 
     /// evictord's [`MOST_FREQUENT`] most frequent kinds of request, `component verb resource answer n`.
     fn most_frequent(counts: &ClientCounts) -> String {
-        let mut kinds: Vec<(&String, &usize)> = counts.evictord_by_request.iter().collect();
-        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        kinds
-            .iter()
-            .take(MOST_FREQUENT)
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        most_frequent(&counts.evictord_by_request, MOST_FREQUENT)
     }
 
     /// evictord's requests per component, `name n`.
@@ -211,6 +204,19 @@ impl ClientFigures {
             parts.join(", ")
         }
     }
+}
+
+/// The `n` most frequent kinds of `by_kind`, `kind count`, the most frequent first (ties by
+/// kind), comma-separated.
+pub fn most_frequent(by_kind: &BTreeMap<String, usize>, n: usize) -> String {
+    let mut kinds: Vec<(&String, &usize)> = by_kind.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    kinds
+        .iter()
+        .take(n)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What the report calls a class of pods.

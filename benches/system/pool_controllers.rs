@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::pool_clients::ClientFigures;
+use crate::pool_clients::{ClientFigures, most_frequent};
 use crate::pool_report::ok_modes;
 use crate::pool_results::{ModeResult, PoolResults};
 
@@ -90,15 +90,8 @@ pub fn details(m: &ModeResult) -> String {
     if by_request.is_empty() {
         return String::new();
     }
-    let mut kinds: Vec<(&String, &usize)> = by_request.iter().collect();
-    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     format!(
         "- kube-controller-manager's most frequent requests (controller verb resource answer: count): {}.\n",
-        kinds
-            .iter()
-            .take(MOST_FREQUENT)
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        most_frequent(by_request, MOST_FREQUENT)
     )
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use evictord::api::{CONDITION_DRAINED, NodeMaintenance};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
@@ -116,6 +116,33 @@ impl Scenario {
             (settled && on_node && list.items.len() == self.replicas as usize).then_some(())
         })
         .await;
+    }
+
+    /// Drains node `a` while sampling: the NodeMaintenance `Drained`, then the Deployment back
+    /// at its replicas on node `b`; returns the sampler's `((least available, samples), most
+    /// spec.replicas)`, sampled before, through and after the drain.
+    pub async fn drain_sampled(&self) -> ((i32, usize), i32) {
+        let sampler = self.sample();
+        self.drain().await;
+        self.wait_drained(Duration::from_secs(180)).await;
+        self.wait_settled_on(&self.b, "the Deployment back at its replicas on node b")
+            .await;
+        sampler.stop_all().await
+    }
+
+    /// The reasons of the events on the namespace's Deployments (repeated events are folded
+    /// into one with a count).
+    pub async fn deployment_event_reasons(&self) -> Vec<String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
+            .filter_map(|e| e.reason)
+            .collect()
     }
 
     /// Samples `status.availableReplicas` every 100 ms until [`Sampler::stop`].
