@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::fixtures::{blocking_pdb, create_eviction_request, node, pod};
 use support::hpa::{
-    AUTOSCALER, HPA, autoscaler, autoscalers, kubectl_drain, limits, start, wait_limits,
-    wait_moved_to,
+    AUTOSCALER, HPA, autoscaler, autoscaler_events, autoscalers, kubectl_drain, limits, start,
+    wait_limits, wait_moved_to,
 };
 use support::kubelet::Kubelet;
 use support::surge::{FLAGS, POOL, Scenario};
@@ -30,20 +30,6 @@ async fn setup(prefix: &str) -> (Client, String) {
     let c = support::control_plane::cluster_with_controller_manager().await;
     support::evictord::shared(FLAGS).await;
     (c.client().await, c.namespace(prefix).await)
-}
-
-/// The reasons of the events on the autoscalers of `ns`.
-async fn autoscaler_events(client: &Client, ns: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("HorizontalPodAutoscaler"))
-        .filter_map(|e| e.reason)
-        .collect()
 }
 
 /// The messages the pod's interceptors left in its EvictionRequest (it is kept after the

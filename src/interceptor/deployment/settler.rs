@@ -218,10 +218,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
 }
 
 /// [`settle`]'s write `s` with the finished pods' places handed to the pods waiting to join the
-/// surge ([`hand_over`]), and those pods; `None` to give the places back. Waiting: an
-/// EvictionRequest of the namespace, not ended, whose active interceptor is this one, for an
-/// active pod of the Deployment (from the caches: the runner's requests, the interceptors' pods)
-/// that the surge neither covers nor abandoned; the oldest request first.
+/// surge ([`hand_over`]: [`waiting_to_join`] through this interceptor, and neither covered nor
+/// abandoned by the surge), and those pods; `None` to give the places back.
 async fn handed_over(
     ctx: &Context,
     d: &Deployment,
@@ -243,11 +241,26 @@ async fn handed_over(
     if !may_hand_over(&facts, &name) {
         return Ok(None);
     }
-    let mut candidates: Vec<Arc<EvictionRequest>> = ctx
-        .requests
+    let waiting = waiting_to_join(&ctx.requests, &ctx.pods, &ns, &name, super::NAME).await?;
+    Ok(hand_over(&facts, s, &waiting))
+}
+
+/// The pods of Deployment `name` in namespace `ns` waiting for a place in a surge through
+/// `interceptor` (shared with the HorizontalPodAutoscaler interceptor's settler), oldest request
+/// first: an EvictionRequest, not ended, whose active interceptor is `interceptor`, for an
+/// active pod of the Deployment ([`active_in`]), from the caches (the runner's `requests`, the
+/// interceptors' `pods`). Whether a surge already covers them is the caller's to decide.
+pub(crate) async fn waiting_to_join(
+    requests: &Store<EvictionRequest>,
+    pods: &PodCache,
+    ns: &str,
+    name: &str,
+    interceptor: &str,
+) -> Result<Vec<SurgedPod>, Error> {
+    let mut candidates: Vec<Arc<EvictionRequest>> = requests
         .state()
         .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| r.namespace().as_deref() == Some(ns))
         // A pod of the Deployment is named `<name>-<pod-template-hash>-<suffix>`: no read of
         // the pods of other Deployments (`active_in` decides on those that pass).
         .filter(|r| r.spec.target.pod.name.starts_with(&format!("{name}-")))
@@ -255,7 +268,7 @@ async fn handed_over(
             r.status.as_ref().is_some_and(|st| {
                 !st.is_terminal()
                     && !st.is_true(CONDITION_CANCELED)
-                    && st.active_interceptors.first().map(String::as_str) == Some(super::NAME)
+                    && st.active_interceptors.first().map(String::as_str) == Some(interceptor)
             })
         })
         .collect();
@@ -271,18 +284,17 @@ async fn handed_over(
             name: r.spec.target.pod.name.clone(),
             uid: r.name_any(),
         };
-        let pod = ctx
-            .pods
-            .get(&ns, &p.name, &p.uid)
+        let pod = pods
+            .get(ns, &p.name, &p.uid)
             .await
             .map_err(|e| Error::Read(format!("pod {}", p.name), e))?;
-        if pod.is_some_and(|pod| {
-            pod.metadata.uid.as_deref() == Some(&p.uid) && active_in(&pod, &name)
-        }) {
+        if pod
+            .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(&p.uid) && active_in(&pod, name))
+        {
             waiting.push(p);
         }
     }
-    Ok(hand_over(&facts, s, &waiting))
+    Ok(waiting)
 }
 
 /// The event's note of a settling that handed places over ([`handed_over`]).

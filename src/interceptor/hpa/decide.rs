@@ -342,6 +342,62 @@ pub fn settle(h: &AutoscalerFacts, fates: &[(SurgedPod, Fate)]) -> Option<Settle
     })
 }
 
+/// Whether the places of autoscaler `h`'s surge may be handed to pods waiting to join it
+/// ([`hand_over`]): its workload `w` is a Deployment still one it would surge (not scaled to
+/// zero, paused, Recreate, rolling out or of maxSurge 0: those waiting pods complete without a
+/// surge). Other workloads give their one place back: their pods are not named after them.
+pub fn may_hand_over(h: &AutoscalerFacts, w: &WorkloadFacts, base: i32) -> bool {
+    w.deployment.is_some() && ineligible(h, w, true, base, Duration::ZERO).is_none()
+}
+
+/// [`settle`]'s write `s` of autoscaler `h` with the places of the pods whose surge finished
+/// handed to pods of its Deployment `w` waiting to join the surge (`waiting`, first come first),
+/// within the room at the surge's base, instead of given back; `None` when no place is handed
+/// over. The floor stays raised, so the replacement the ReplicaSet started for the pod that left
+/// is the next pod's surge: no lowering and raising of the floor again (two autoscaler writes and
+/// a write of the Deployment's scale fewer per pod handed over), and no surge started from the
+/// replicas the last one left behind (the autoscaler scales back down only later, after its
+/// stabilisation window, or never without metrics), one more pod each time. Only while the
+/// Deployment already has the replicas the surge wants. The pod taken in waits, as one that
+/// joined, until its surge is available ([`on_activation`]).
+pub fn hand_over(
+    h: &AutoscalerFacts,
+    w: &WorkloadFacts,
+    s: &Settle,
+    waiting: &[SurgedPod],
+) -> Option<(Settle, Vec<SurgedPod>)> {
+    let recorded = h.record.as_ref().ok()?.as_ref()?;
+    if s.taken.is_some() || s.finished == 0 || !may_hand_over(h, w, recorded.base) {
+        return None;
+    }
+    let mut next = s.write.record.clone().unwrap_or(HpaSurgeRecord {
+        pods: Vec::new(),
+        abandoned: Vec::new(),
+        ..recorded.clone()
+    });
+    let room = usize::try_from(room(w, next.base)).unwrap_or(0);
+    let places = s.finished.min(room.saturating_sub(next.pods.len()));
+    let taken: Vec<SurgedPod> = waiting
+        .iter()
+        .filter(|p| !recorded.covers(&p.uid) && !recorded.abandoned(&p.uid))
+        .take(places)
+        .cloned()
+        .collect();
+    next.pods.extend(taken.iter().cloned());
+    if taken.is_empty() || w.replicas < next.want() {
+        return None;
+    }
+    let settle = Settle {
+        write: Write {
+            from: h.limits,
+            to: next.expected(),
+            record: Some(next),
+        },
+        ..s.clone()
+    };
+    Some((settle, taken))
+}
+
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;

@@ -300,3 +300,70 @@ fn settle_rows(
 fn scale_to_floor_rows(#[case] replicas: i32, #[case] floor: i32, #[case] expected: Option<i32>) {
     assert_eq!(scale_to_floor(replicas, floor), expected);
 }
+
+/// A row's expected hand-over: the record's pods, the limits written, the pods taken in.
+type HandedOver<'a> = Option<(&'a [&'a str], Limits, &'a [&'a str])>;
+
+/// A Deployment of `replicas` with maxSurge `n`.
+fn surging(n: i32, replicas: i32) -> WorkloadFacts {
+    with_surge(web(replicas), IntOrString::Int(n), IntOrString::Int(0))
+}
+
+#[rstest]
+// The place of a pod gone goes to the pod waiting: the floor stays raised.
+#[case::gone_to_the_waiting(surged(record(limits(3, 6), 3, &["a"])), surging(1, 4), &[("a", Fate::Gone)], &["b"], Some((&["b"][..], limits(4, 6), &["b"][..])))]
+#[case::nobody_waiting(surged(record(limits(3, 6), 3, &["a"])), surging(1, 4), &[("a", Fate::Gone)], &[], None)]
+#[case::first_come_first(surged(record(limits(3, 6), 3, &["a"])), surging(1, 4), &[("a", Fate::Gone)], &["b", "c"], Some((&["b"][..], limits(4, 6), &["b"][..])))]
+// At the ceiling: the ceiling the surge raised stays raised with the floor.
+#[case::raised_ceiling_stays(surged(record(limits(3, 3), 3, &["a"])), surging(1, 4), &[("a", Fate::Gone)], &["b"], Some((&["b"][..], limits(4, 4), &["b"][..])))]
+// Two places finished, one taken: the other is given back.
+#[case::more_places_than_waiting(surged(record(limits(3, 6), 3, &["a", "b"])), surging(2, 5), &[("a", Fate::Gone), ("b", Fate::Gone)], &["c"], Some((&["c"][..], limits(4, 6), &["c"][..])))]
+#[case::one_of_two_gone(surged(record(limits(3, 6), 3, &["a", "b"])), surging(2, 5), &[("a", Fate::Gone), ("b", Fate::Pending)], &["c", "d"], Some((&["b", "c"][..], limits(5, 6), &["c"][..])))]
+// A canceled request's place is given back: its pod stays.
+#[case::canceled_given_back(surged(record(limits(3, 6), 3, &["a"])), surging(1, 4), &[("a", Fate::Kept)], &["b"], None)]
+// maxSurge lowered during the surge: no place beyond it.
+#[case::max_surge_lowered(surged(record(limits(3, 6), 3, &["a", "b"])), surging(1, 5), &[("a", Fate::Gone), ("b", Fate::Pending)], &["c"], None)]
+// A pod the surge covers or abandoned is not taken in again.
+#[case::covered_not_taken(surged(record(limits(3, 6), 3, &["a", "b"])), surging(2, 5), &[("a", Fate::Gone), ("b", Fate::Pending)], &["b"], None)]
+#[case::abandoned_not_taken(hpa(limits(4, 6), Some(HpaSurgeRecord { abandoned: vec![pod("x")], ..record(limits(3, 6), 3, &["a"]) })), surging(1, 4), &[("a", Fate::Gone), ("x", Fate::Pending)], &["x"], None)]
+// Someone else set the floor: the surge is abandoned, nothing handed over.
+#[case::floor_taken(hpa(limits(5, 6), Some(record(limits(3, 6), 3, &["a"]))), surging(1, 5), &[("a", Fate::Gone)], &["b"], None)]
+// Only while the Deployment has the replicas the surge wants (the autoscaler did not scale it
+// below): otherwise the floor goes back and the waiting pod joins as any other.
+#[case::below_the_surge(surged(record(limits(3, 6), 3, &["a"])), surging(1, 3), &[("a", Fate::Gone)], &["b"], None)]
+// A Deployment it would not surge any more, or another workload: the place is given back.
+#[case::paused(surged(record(limits(3, 6), 3, &["a"])), with_facts(surging(1, 4), |f| f.paused = true), &[("a", Fate::Gone)], &["b"], None)]
+#[case::rolling_out(surged(record(limits(3, 6), 3, &["a"])), with_facts(surging(1, 4), |f| f.updated_replicas = 1), &[("a", Fate::Gone)], &["b"], None)]
+#[case::no_max_surge(surged(record(limits(3, 6), 3, &["a"])), with_surge(web(4), IntOrString::Int(0), IntOrString::Int(1)), &[("a", Fate::Gone)], &["b"], None)]
+#[case::statefulset(surged(record(limits(3, 6), 3, &["a"])), statefulset(4, 4), &[("a", Fate::Gone)], &["b"], None)]
+fn hand_over_rows(
+    #[case] h: AutoscalerFacts,
+    #[case] w: WorkloadFacts,
+    #[case] fates: &[(&str, Fate)],
+    #[case] waiting: &[&str],
+    #[case] expected: HandedOver<'_>,
+) {
+    let fates: Vec<(SurgedPod, Fate)> = fates.iter().map(|(u, f)| (pod(u), *f)).collect();
+    let waiting: Vec<SurgedPod> = waiting.iter().map(|u| pod(u)).collect();
+    let s = settle(&h, &fates).expect("a settling write");
+    let got = hand_over(&h, &w, &s, &waiting);
+    let expected = expected.map(|(pods, to, taken)| {
+        let r = h.record.clone().unwrap().unwrap();
+        let next = HpaSurgeRecord {
+            pods: pods.iter().map(|u| pod(u)).collect(),
+            ..r
+        };
+        (
+            Settle {
+                write: Write {
+                    from: h.limits,
+                    to,
+                    record: Some(next),
+                },
+                ..s.clone()
+            },
+            taken.iter().map(|u| pod(u)).collect::<Vec<_>>(),
+        )
+    });
+    assert_eq!(got, expected);
+}

@@ -11,7 +11,9 @@
 //! autoscaler's annotation [`RECORD_ANNOTATION`] in the same patch, waits until the workload has
 //! that many available replicas, and completes; the next interceptor (in the end the Eviction API,
 //! which the PodDisruptionBudget now allows) removes the pod. The [`settler`] puts the limits
-//! back once the pod is terminating or gone or its request ended (canceled or deleted). Every autoscaler write
+//! back once the pod is terminating or gone or its request ended (canceled or deleted), or hands
+//! the place of a pod that left to the next pod of the Deployment waiting for one
+//! ([`decide::hand_over`]). Every autoscaler write
 //! tests its resourceVersion and the limits it replaces, so a user's change is never overwritten:
 //! it wins.
 //!
@@ -145,6 +147,7 @@ pub fn run(
         polled.woken_by(ticks).boxed(),
     ]);
     let replicasets = ReplicaSets::shared(&client, &shutdown);
+    let deployments_store = deployments.store();
     let interceptor = HpaInterceptor::new(client.clone(), version, autoscalers)
         .reading(
             deployments.store(),
@@ -167,7 +170,15 @@ pub fn run(
             Some(v) => {
                 tokio::join!(
                     runner.run_woken(interceptor, wakes, stop),
-                    settler::run(client, pods, requests, v, room_freed, shutdown),
+                    settler::run(
+                        client,
+                        pods,
+                        requests,
+                        deployments_store,
+                        v,
+                        room_freed,
+                        shutdown
+                    ),
                 );
             }
             None => runner.run_woken(interceptor, wakes, stop).await,

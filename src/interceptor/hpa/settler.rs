@@ -8,22 +8,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::decide::{Settle, Taken, settle};
+use super::decide::{Settle, Taken, hand_over, settle};
 use super::interceptor::{count, event, patch_autoscaler, recorder};
 use super::record::AutoscalerFacts;
+use super::workload::WorkloadFacts;
 use super::{Error, SETTLE_POLL, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::PodCache;
-use crate::interceptor::deployment::fate;
+use crate::interceptor::deployment::surge::SurgedPod;
+use crate::interceptor::deployment::{fate, waiting_to_join};
 use crate::interceptor::deployments::DeploymentKey;
 use crate::recorder::Recorder;
 
@@ -31,6 +34,8 @@ struct Context {
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
+    /// The shared watch's Deployments: a Deployment target's facts, for a hand-over.
+    deployments: Store<Deployment>,
     recorder: Recorder,
     resource: ApiResource,
     /// Where the Deployments whose surge a write gave room back go (their requests waiting for
@@ -39,12 +44,14 @@ struct Context {
 }
 
 /// Runs the settler on the autoscalers of `autoscaling/{version}` until `shutdown`, reading the
-/// covered pods from `pods` and their requests from `requests` (the runner's caches); sends the
-/// target of each autoscaler it writes to `room_freed`, when that is a Deployment.
+/// covered pods from `pods` and their requests from `requests` (the runner's caches), a
+/// Deployment target from `deployments` (the shared watch's store); sends the target of each
+/// autoscaler it writes to `room_freed`, when that is a Deployment.
 pub(super) async fn run(
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
+    deployments: Store<Deployment>,
     version: &str,
     room_freed: UnboundedSender<DeploymentKey>,
     shutdown: CancellationToken,
@@ -56,6 +63,7 @@ pub(super) async fn run(
         client,
         pods,
         requests,
+        deployments,
         resource: resource.clone(),
         room_freed,
     });
@@ -95,6 +103,10 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(SETTLE_POLL));
     };
+    let (s, taken) = match handed_over(&ctx, &ns, &facts, &s).await? {
+        Some(handed) => handed,
+        None => (s, Vec::new()),
+    };
     patch_autoscaler(&ctx.client, &ctx.resource, &hpa, &s.write).await?;
     if facts.autoscaler.target.is_deployment() {
         // Nobody listening (shutting down) is no error.
@@ -105,6 +117,19 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let name = format!("{ns}/{}", hpa.name_any());
     let (from, to) = (s.write.from, s.write.to);
     let (reason, note) = match s.taken {
+        None if !taken.is_empty() => {
+            for _ in 0..s.finished {
+                count("finished");
+            }
+            for _ in 0..s.undone {
+                count("undone");
+            }
+            // Each pod taken in starts its surge here, as one that joined.
+            for _ in &taken {
+                count("started");
+            }
+            ("SurgeHandedOver", handed_over_note(&s, &taken))
+        }
         Some(Taken::Floor) if !record.pods.is_empty() => {
             count("abandoned");
             (
@@ -150,6 +175,47 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     info!(autoscaler = %name, reason, "{note}");
     event(&ctx.recorder, &hpa, &ctx.resource, reason, note).await;
     Ok(requeue(&s))
+}
+
+/// [`settle`]'s write `s` of the autoscaler with facts `facts` in namespace `ns`, with the
+/// finished pods' places handed to the pods of its Deployment target waiting to join the surge
+/// ([`hand_over`]: [`waiting_to_join`] through this interceptor), and those pods; `None` to give
+/// the places back (also while the Deployment is not in the shared watch's store).
+async fn handed_over(
+    ctx: &Context,
+    ns: &str,
+    facts: &AutoscalerFacts,
+    s: &Settle,
+) -> Result<Option<(Settle, Vec<SurgedPod>)>, Error> {
+    let target = &facts.autoscaler.target;
+    if s.finished == 0 || s.taken.is_some() || !target.is_deployment() {
+        return Ok(None);
+    }
+    let Some(d) = ctx
+        .deployments
+        .get(&ObjectRef::new(&target.name).within(ns))
+    else {
+        return Ok(None);
+    };
+    let w = WorkloadFacts::of_deployment(target, &d);
+    let waiting = waiting_to_join(&ctx.requests, &ctx.pods, ns, &target.name, super::NAME).await?;
+    Ok(hand_over(facts, &w, s, &waiting))
+}
+
+/// The event's note of a settling that handed places over ([`handed_over`]).
+fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
+    let names: Vec<&str> = taken.iter().map(|p| p.name.as_str()).collect();
+    let (from, to) = (s.write.from, s.write.to);
+    let floor = if from.min == to.min {
+        format!("Kept minReplicas at {}", to.min)
+    } else {
+        format!("Returned minReplicas from {} to {}", from.min, to.min)
+    };
+    format!(
+        "{floor}: {} evicted pod(s) terminating or gone, their place in the surge handed to pod(s) {} waiting for it",
+        s.finished,
+        names.join(", ")
+    )
 }
 
 fn requeue(s: &Settle) -> Action {
