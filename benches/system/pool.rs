@@ -73,13 +73,15 @@ pub async fn run(
         .await
         .set_request_audit(true)
         .await;
+    // As in every real cluster: an EvictionRequest goes with its pod, collected by the
+    // garbage collector within the kube-controller-manager of the workload controllers (one
+    // discovery cache for all of them), which starts with the CRDs installed.
+    support::evictord::install_crds(support::control_plane::cluster().await).await;
+    if p.garbage_collector {
+        support::control_plane::set_garbage_collector_within_controller_manager();
+    }
     // The endpoint controllers too: issue 43's figure watches the Services' endpoints.
     let c = support::control_plane::cluster_with_endpoint_controllers().await;
-    support::evictord::install_crds(c).await;
-    // As in every real cluster: an EvictionRequest goes with its pod.
-    if p.garbage_collector {
-        support::control_plane::start_garbage_collector(c).await;
-    }
     let client = c.client().await;
     unregister_webhooks(&client).await?;
     let mut results = PoolResults {

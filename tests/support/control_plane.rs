@@ -257,8 +257,29 @@ pub fn set_hpa_sync_period(period: Duration) {
     );
 }
 
+static GARBAGE_COLLECTOR_WITHIN: OnceLock<()> = OnceLock::new();
+
+/// Runs the garbage collector within the kube-controller-manager
+/// [`cluster_with_controller_manager`] starts, beside the workload controllers, as a real
+/// cluster's kube-controller-manager runs it (the benchmark's): the controllers share one
+/// discovery cache, refreshed every 30 s when a controller looks a kind up. In a process of its
+/// own ([`start_garbage_collector`], the tests') the collector keeps a discovery cache of its own
+/// and, once it has EvictionRequests to collect, reads the whole discovery again every 30 s,
+/// which a real cluster does not. Call it before the kube-controller-manager starts, once per
+/// process, with the CRDs installed (its first discovery finds them).
+pub fn set_garbage_collector_within_controller_manager() {
+    assert!(
+        GARBAGE_COLLECTOR_WITHIN.set(()).is_ok() && CONTROLLER_MANAGER.get().is_none(),
+        "set_garbage_collector_within_controller_manager: once, before the kube-controller-manager starts"
+    );
+}
+
 fn start_controller_manager(c: &TestCluster) -> u32 {
-    spawn_controller_manager(c, WORKLOAD_CONTROLLERS, "kube-controller-manager")
+    let controllers = match GARBAGE_COLLECTOR_WITHIN.get() {
+        Some(()) => format!("{WORKLOAD_CONTROLLERS},garbagecollector"),
+        None => WORKLOAD_CONTROLLERS.to_string(),
+    };
+    spawn_controller_manager(c, &controllers, "kube-controller-manager")
 }
 
 /// Starts a kube-controller-manager running `controllers`, logging to `<log>.log` and `<log>.err`.
