@@ -167,16 +167,9 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     let name = d.name_any();
     let (reason, note) = match s.replicas {
         _ if !taken.is_empty() => {
-            for _ in 0..s.finished {
-                count("finished");
-            }
-            for _ in 0..s.undone {
-                count("undone");
-            }
+            count_settled(s.finished, s.undone);
             // Each pod taken in starts its surge here, as one that joined.
-            for _ in &taken {
-                count("started");
-            }
+            count_times("started", taken.len());
             ("SurgeHandedOver", handed_over_note(&s, &taken))
         }
         _ if s.abandoned => {
@@ -192,12 +185,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
         // Only abandoned pods forgotten: nothing to tell.
         None => return Ok(requeue(&s)),
         Some((from, to)) => {
-            for _ in 0..s.finished {
-                count("finished");
-            }
-            for _ in 0..s.undone {
-                count("undone");
-            }
+            count_settled(s.finished, s.undone);
             let reason = if s.undone > 0 {
                 "SurgeUndone"
             } else {
@@ -309,6 +297,19 @@ fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
         s.finished,
         names.join(", ")
     )
+}
+
+/// Counts `n` surges with `result`.
+fn count_times(result: &'static str, n: usize) {
+    for _ in 0..n {
+        count(result);
+    }
+}
+
+/// Counts the surges a settling write ended: `finished` (pods gone), `undone` (kept).
+fn count_settled(finished: usize, undone: usize) {
+    count_times("finished", finished);
+    count_times("undone", undone);
 }
 
 fn requeue(s: &super::decide::Settle) -> Action {

@@ -118,16 +118,9 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let (from, to) = (s.write.from, s.write.to);
     let (reason, note) = match s.taken {
         None if !taken.is_empty() => {
-            for _ in 0..s.finished {
-                count("finished");
-            }
-            for _ in 0..s.undone {
-                count("undone");
-            }
+            count_settled(s.finished, s.undone);
             // Each pod taken in starts its surge here, as one that joined.
-            for _ in &taken {
-                count("started");
-            }
+            count_times("started", taken.len());
             ("SurgeHandedOver", handed_over_note(&s, &taken))
         }
         Some(Taken::Floor) if !record.pods.is_empty() => {
@@ -147,12 +140,7 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         // Only abandoned pods forgotten: nothing to tell.
         None if s.finished + s.undone == 0 => return Ok(requeue(&s)),
         None => {
-            for _ in 0..s.finished {
-                count("finished");
-            }
-            for _ in 0..s.undone {
-                count("undone");
-            }
+            count_settled(s.finished, s.undone);
             let reason = if s.undone > 0 {
                 "SurgeUndone"
             } else {
@@ -216,6 +204,19 @@ fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
         s.finished,
         names.join(", ")
     )
+}
+
+/// Counts `n` surges with `result`.
+fn count_times(result: &'static str, n: usize) {
+    for _ in 0..n {
+        count(result);
+    }
+}
+
+/// Counts the surges a settling write ended: `finished` (pods gone), `undone` (kept).
+fn count_settled(finished: usize, undone: usize) {
+    count_times("finished", finished);
+    count_times("undone", undone);
 }
 
 fn requeue(s: &Settle) -> Action {
