@@ -11,11 +11,10 @@ mod support;
 use std::time::Duration;
 
 use evictord::api::EvictionRequest;
-use k8s_openapi::api::core::v1::Event;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use support::daemonset::DaemonSetScenario;
-use support::fixtures::{create_eviction_request, pod};
+use support::fixtures::{create_eviction_request, event_reasons, pod};
 use support::wait::until;
 
 /// Fast heartbeats and retries; a deadline no loaded machine reaches.
@@ -32,22 +31,6 @@ async fn setup(prefix: &str) -> (Client, String) {
     let c = support::control_plane::cluster_with_controller_manager().await;
     support::evictord::shared(FLAGS).await;
     (c.client().await, c.namespace(prefix).await)
-}
-
-async fn reasons(client: &Client, ns: Option<&str>, kind: &str) -> Vec<String> {
-    let events: Api<Event> = match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some(kind))
-        .filter_map(|e| e.reason)
-        .collect()
 }
 
 #[tokio::test]
@@ -171,14 +154,14 @@ async fn daemonset_pods_leave_after_the_others_and_stay_away_until_complete() {
     assert_ne!(logs_after.get(&one), logs_before.get(&one));
 
     // Events and metrics.
-    let on_daemonsets = reasons(&client, Some(&ns), "DaemonSet").await;
+    let on_daemonsets = event_reasons(&client, Some(&ns), "DaemonSet").await;
     for reason in ["DaemonSetPodRemoved", "DaemonSetPodKept"] {
         assert!(
             on_daemonsets.iter().any(|r| r == reason),
             "no {reason}: {on_daemonsets:?}"
         );
     }
-    let on_maintenances = reasons(&client, None, "NodeMaintenance").await;
+    let on_maintenances = event_reasons(&client, None, "NodeMaintenance").await;
     for reason in ["NodeTainted", "NodeUntainted"] {
         assert!(
             on_maintenances.iter().any(|r| r == reason),

@@ -17,15 +17,15 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::endpoints::{
     Available, Scenario, Source, Timeline, assert_out_for_the_delay, conditions,
     message_containing, pods, request, surged, uid, unsurged,
 };
-use support::fixtures::draining_maintenance;
+use support::fixtures::{draining_maintenance, event_reasons};
 use support::surge::POOL;
 use support::wait::until;
 use tokio::sync::RwLock;
@@ -59,16 +59,7 @@ async fn setup(prefix: &str) -> (Client, String, Timeline) {
 
 /// The pods' events carry these reasons (repeated events are folded into one).
 async fn assert_events(s: &Scenario, reasons: &[&str]) {
-    let events: Api<Event> = Api::namespaced(s.client.clone(), &s.ns);
-    let seen: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("Pod"))
-        .filter_map(|e| e.reason)
-        .collect();
+    let seen = event_reasons(&s.client, Some(&s.ns), "Pod").await;
     for reason in reasons {
         assert!(
             seen.iter().any(|r| r == reason),

@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use support::fixtures::{blocking_pdb, create_eviction_request, node, pod};
+use support::fixtures::{blocking_pdb, create_eviction_request, event_reasons, node, pod};
 use support::hpa::{
-    AUTOSCALER, HPA, autoscaler, autoscaler_events, autoscalers, kubectl_drain, limits, start,
-    wait_limits, wait_moved_to,
+    AUTOSCALER, HPA, autoscaler, autoscalers, kubectl_drain, limits, start, wait_limits,
+    wait_moved_to,
 };
 use support::kubelet::Kubelet;
 use support::surge::{FLAGS, POOL, Scenario};
@@ -81,7 +81,7 @@ async fn a_maintenance_drains_an_autoscaled_deployment_without_downtime() {
     assert_eq!(most, 2, "the autoscaler surged the Deployment to 2");
     assert!(replicas >= 1);
 
-    let reasons = autoscaler_events(&client, &ns).await;
+    let reasons = event_reasons(&client, Some(&ns), "HorizontalPodAutoscaler").await;
     for reason in ["SurgeStarted", "SurgeFinished"] {
         assert!(
             reasons.iter().any(|r| r == reason),
@@ -235,7 +235,7 @@ async fn a_users_floor_during_the_surge_wins() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(limits(&s).await, Some((4, 5, false)), "their floor stays");
     assert!(
-        autoscaler_events(&client, &ns)
+        event_reasons(&client, Some(&ns), "HorizontalPodAutoscaler")
             .await
             .iter()
             .any(|r| r == "SurgeAbandoned")

@@ -13,7 +13,8 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use support::audit::{controller_manager_controller, requests};
-use support::hpa::{autoscaler_events, start, wait_limits, wait_moved_to};
+use support::fixtures::event_reasons;
+use support::hpa::{start, wait_limits, wait_moved_to};
 use support::surge::FLAGS;
 
 /// The Deployment's replicas, all on the drained node, and the autoscaler's floor.
@@ -78,7 +79,7 @@ async fn an_autoscaled_surge_goes_from_pod_to_pod_with_the_floor_held() {
         REPLICAS + 1
     );
 
-    let reasons = autoscaler_events(&client, &ns).await;
+    let reasons = event_reasons(&client, Some(&ns), "HorizontalPodAutoscaler").await;
     for reason in ["SurgeStarted", "SurgeHandedOver", "SurgeFinished"] {
         assert!(
             reasons.iter().any(|r| r == reason),

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -329,4 +329,22 @@ pub async fn create_eviction_request(
     .await
     .unwrap_or_else(|e| panic!("creating the EvictionRequest of pod {name}: {e}"));
     api
+}
+
+/// The reasons of the events on objects of `kind`, in namespace `ns` (`None`: every namespace);
+/// repeated events are folded into one with a count.
+pub async fn event_reasons(client: &Client, ns: Option<&str>, kind: &str) -> Vec<String> {
+    let events: Api<Event> = match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some(kind))
+        .filter_map(|e| e.reason)
+        .collect()
 }

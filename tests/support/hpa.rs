@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -102,20 +102,6 @@ pub async fn start_with_surge(
 /// The autoscalers of `ns`.
 pub fn autoscalers(client: &Client, ns: &str) -> Api<HorizontalPodAutoscaler> {
     Api::namespaced(client.clone(), ns)
-}
-
-/// The reasons of the events on the autoscalers of `ns`.
-pub async fn autoscaler_events(client: &Client, ns: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.kind.as_deref() == Some("HorizontalPodAutoscaler"))
-        .filter_map(|e| e.reason)
-        .collect()
 }
 
 /// (`minReplicas`, `maxReplicas`, surge recorded) of the scenario's autoscaler.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use evictord::api::{CONDITION_DRAINED, NodeMaintenance};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
@@ -133,16 +133,7 @@ impl Scenario {
     /// The reasons of the events on the namespace's Deployments (repeated events are folded
     /// into one with a count).
     pub async fn deployment_event_reasons(&self) -> Vec<String> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.involved_object.kind.as_deref() == Some("Deployment"))
-            .filter_map(|e| e.reason)
-            .collect()
+        super::fixtures::event_reasons(&self.client, Some(&self.ns), "Deployment").await
     }
 
     /// Samples `status.availableReplicas` every 100 ms until [`Sampler::stop`].

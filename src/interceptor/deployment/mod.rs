@@ -26,7 +26,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 pub use interceptor::DeploymentInterceptor;
-pub(crate) use settler::{fate, waiting_to_join};
+pub(crate) use settler::{count_settled, count_times, fate, waiting_to_join};
 
 use crate::interceptor::autoscalers::Autoscalers;
 use crate::interceptor::deployments::DeploymentWatch;

@@ -167,9 +167,9 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     let name = d.name_any();
     let (reason, note) = match s.replicas {
         _ if !taken.is_empty() => {
-            count_settled(s.finished, s.undone);
+            count_settled(count, s.finished, s.undone);
             // Each pod taken in starts its surge here, as one that joined.
-            count_times("started", taken.len());
+            count_times(count, "started", taken.len());
             ("SurgeHandedOver", handed_over_note(&s, &taken))
         }
         _ if s.abandoned => {
@@ -185,7 +185,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
         // Only abandoned pods forgotten: nothing to tell.
         None => return Ok(requeue(&s)),
         Some((from, to)) => {
-            count_settled(s.finished, s.undone);
+            count_settled(count, s.finished, s.undone);
             let reason = if s.undone > 0 {
                 "SurgeUndone"
             } else {
@@ -299,17 +299,18 @@ fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
     )
 }
 
-/// Counts `n` surges with `result`.
-fn count_times(result: &'static str, n: usize) {
+/// Counts `n` surges with `result` in a settler's metric (`count`: the Deployment
+/// interceptor's or, shared, the HorizontalPodAutoscaler interceptor's).
+pub(crate) fn count_times(count: fn(&'static str), result: &'static str, n: usize) {
     for _ in 0..n {
         count(result);
     }
 }
 
 /// Counts the surges a settling write ended: `finished` (pods gone), `undone` (kept).
-fn count_settled(finished: usize, undone: usize) {
-    count_times("finished", finished);
-    count_times("undone", undone);
+pub(crate) fn count_settled(count: fn(&'static str), finished: usize, undone: usize) {
+    count_times(count, "finished", finished);
+    count_times(count, "undone", undone);
 }
 
 fn requeue(s: &super::decide::Settle) -> Action {

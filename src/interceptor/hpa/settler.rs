@@ -26,7 +26,7 @@ use super::{Error, SETTLE_POLL, discovery, is_conflict};
 use crate::api::EvictionRequest;
 use crate::interceptor::PodCache;
 use crate::interceptor::deployment::surge::SurgedPod;
-use crate::interceptor::deployment::{fate, waiting_to_join};
+use crate::interceptor::deployment::{count_settled, count_times, fate, waiting_to_join};
 use crate::interceptor::deployments::DeploymentKey;
 use crate::recorder::Recorder;
 
@@ -118,9 +118,9 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let (from, to) = (s.write.from, s.write.to);
     let (reason, note) = match s.taken {
         None if !taken.is_empty() => {
-            count_settled(s.finished, s.undone);
+            count_settled(count, s.finished, s.undone);
             // Each pod taken in starts its surge here, as one that joined.
-            count_times("started", taken.len());
+            count_times(count, "started", taken.len());
             ("SurgeHandedOver", handed_over_note(&s, &taken))
         }
         Some(Taken::Floor) if !record.pods.is_empty() => {
@@ -140,7 +140,7 @@ async fn reconcile(hpa: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         // Only abandoned pods forgotten: nothing to tell.
         None if s.finished + s.undone == 0 => return Ok(requeue(&s)),
         None => {
-            count_settled(s.finished, s.undone);
+            count_settled(count, s.finished, s.undone);
             let reason = if s.undone > 0 {
                 "SurgeUndone"
             } else {
@@ -204,19 +204,6 @@ fn handed_over_note(s: &Settle, taken: &[SurgedPod]) -> String {
         s.finished,
         names.join(", ")
     )
-}
-
-/// Counts `n` surges with `result`.
-fn count_times(result: &'static str, n: usize) {
-    for _ in 0..n {
-        count(result);
-    }
-}
-
-/// Counts the surges a settling write ended: `finished` (pods gone), `undone` (kept).
-fn count_settled(finished: usize, undone: usize) {
-    count_times("finished", finished);
-    count_times("undone", undone);
 }
 
 fn requeue(s: &Settle) -> Action {
