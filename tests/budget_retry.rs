@@ -1,6 +1,7 @@
 //! A refused eviction is retried as soon as the PodDisruptionBudget allows it, not after its whole
-//! backoff: evictord watches the budgets (policy/v1beta1 on the 1.20 test server, chosen from
-//! discovery) and is woken when one selecting a backed-off pod allows a disruption again.
+//! backoff, and not every second or two while it still refuses: evictord watches the budgets
+//! (policy/v1beta1 on the 1.20 test server, chosen from discovery), holds the retry while one
+//! selecting the pod allows no disruption, and is woken when it allows one again.
 
 mod support;
 
@@ -57,10 +58,13 @@ async fn a_budget_that_allows_again_cuts_the_backoff_short() {
     .unwrap();
     api.create(&PostParams::default(), &er).await.unwrap();
     let counter = |r: &EvictionRequest| r.status.as_ref().map_or(0, |s| s.failed_evictions());
-    // Five refusals (1 + 2 + 4 + 8 s apart): the next try is 16 s after the fifth.
-    let blocked = until(Duration::from_secs(90), "five failed evictions", || async {
-        api.get(&uid).await.ok().filter(|r| counter(r) >= 5)
-    })
+    // Three refusals. The backoff alone would make them 1 and 2 s apart; while the watched budget
+    // still refuses, each retry is held 10 s (the budget's change to allow wakes it sooner).
+    let blocked = until(
+        Duration::from_secs(90),
+        "three failed evictions",
+        || async { api.get(&uid).await.ok().filter(|r| counter(r) >= 3) },
+    )
     .await;
     let n = counter(&blocked);
     let last = blocked
@@ -69,12 +73,22 @@ async fn a_budget_that_allows_again_cuts_the_backoff_short() {
         .and_then(|s| s.pod_eviction_status.as_ref())
         .and_then(|p| p.last_failure_time.clone())
         .expect("a recorded failure time");
+    let created = blocked.metadata.creation_timestamp.clone().unwrap();
+    // The documented hold (a literal: the test must fail if the constant shrinks).
+    let held = Duration::from_secs(10);
+    let spent = Duration::from_secs(last.0.duration_since(created.0).as_secs().max(0) as u64);
+    // Times are whole seconds: one second of rounding either way.
+    assert!(
+        spent + Duration::from_secs(1) >= held * (n - 1) as u32,
+        "refusal {n} came {spent:?} after the request: retries under a refusing budget were not held {held:?}"
+    );
     let due = last
         .0
-        .checked_add(evictord::controller::eviction_request::backoff(
+        .checked_add(evictord::controller::eviction_request::retry_wait(
             n,
             Duration::from_secs(1),
             Duration::from_secs(1000),
+            evictord::cluster::Allowance::Refuses,
         ))
         .unwrap();
 

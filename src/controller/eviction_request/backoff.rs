@@ -1,8 +1,9 @@
 //! The retry schedule of failed Eviction API calls: exponential, from `base` doubling to `cap`
 //! (SPEC 2.3 step 8). It is derived from `podEvictionStatus` (the failure counter and the time
 //! of the last failure), not from memory, so a restarted controller resumes it where it was.
-//! [`retry_at`] cuts it short while the PodDisruptionBudgets selecting the pod allow a
-//! disruption (the controller is woken when they change).
+//! [`retry_wait`] bends it to what the watched PodDisruptionBudgets selecting the pod say: cut
+//! short while they allow a disruption, held while one still refuses (the controller is woken
+//! when one changes to allow).
 
 use std::time::Duration;
 
@@ -23,49 +24,65 @@ pub fn backoff(counter: i32, base: Duration, cap: Duration) -> Duration {
     base.saturating_mul(1u32 << exponent).min(cap)
 }
 
-/// When the next Eviction API call may be made: `lastFailureTime + backoff(counter)`. `None`
-/// when no failure is recorded (or its time is unknown), i.e. an attempt may be made now.
+/// When the next Eviction API call may be made by the backoff alone:
+/// `lastFailureTime + backoff(counter)`. `None` when no failure is recorded (or its time is
+/// unknown), i.e. an attempt may be made now.
 pub fn next_attempt_at(
     status: &EvictionRequestStatus,
     base: Duration,
     cap: Duration,
 ) -> Option<Timestamp> {
-    let eviction = status.pod_eviction_status.as_ref()?;
-    if eviction.failed_api_eviction_counter <= 0 {
-        return None;
-    }
-    let last = eviction.last_failure_time.as_ref()?;
-    Some(add(
-        last.0,
-        backoff(eviction.failed_api_eviction_counter, base, cap),
-    ))
+    retry_at(status, base, cap, Allowance::Unknown)
 }
 
 /// How long a refused eviction waits at most while every PodDisruptionBudget selecting the pod
 /// allows a disruption (`kubectl drain` retries every 5 s whatever the budgets say).
 pub const ALLOWED_RETRY: Duration = Duration::from_secs(2);
 
-/// [`next_attempt_at`], knowing what the PodDisruptionBudgets selecting the pod say: while they
-/// all allow a disruption (and one does select it), the wait after the last failure is at most
-/// [`ALLOWED_RETRY`] (at least `base`, at most `cap`) instead of the whole backoff, which after
-/// a few refusals grows to minutes: the pod goes as soon as its budget lets it, as a drain
-/// expects. With no budget, a refusing one or an unknown answer, the backoff stands.
+/// How long a refused eviction waits at least while a PodDisruptionBudget selecting the pod
+/// still allows no disruption, as evictord's watch of the budgets shows it. The budget's own
+/// change to allow one wakes the request at once ([`ALLOWED_RETRY`]), so this is only the
+/// fallback for a watch behind the server; the early steps of the backoff (1, 2, 4, 8 s) would
+/// otherwise spend a refused call, a status write and an event each on an answer already known.
+/// kube-apiserver suggests the same 10 s to clients it refuses while a budget is being processed.
+pub const REFUSED_HOLD: Duration = Duration::from_secs(10);
+
+/// The wait after the `counter`-th consecutive failure, knowing what the PodDisruptionBudgets
+/// selecting the pod say:
+/// - all allow a disruption (and one selects the pod): at most [`ALLOWED_RETRY`] (at least
+///   `base`) instead of the whole backoff, which after a few refusals grows to minutes: the pod
+///   goes as soon as its budget lets it, as a drain expects;
+/// - one refuses: at least [`REFUSED_HOLD`];
+/// - no budget or an unknown answer: the backoff;
+///
+/// and never more than `cap`, unless the backoff itself is (`base` above `cap`).
+pub fn retry_wait(counter: i32, base: Duration, cap: Duration, budgets: Allowance) -> Duration {
+    let wait = backoff(counter, base, cap);
+    if counter <= 0 {
+        return wait;
+    }
+    match budgets {
+        Allowance::Allows => wait.min(ALLOWED_RETRY.max(base).min(cap)),
+        Allowance::Refuses => wait.max(REFUSED_HOLD.min(cap)),
+        Allowance::NoBudget | Allowance::Unknown => wait,
+    }
+}
+
+/// When the next Eviction API call may be made: `lastFailureTime + retry_wait(counter, ...)`.
+/// `None` when no failure is recorded (or its time is unknown), i.e. an attempt may be made now.
 pub fn retry_at(
     status: &EvictionRequestStatus,
     base: Duration,
     cap: Duration,
     budgets: Allowance,
 ) -> Option<Timestamp> {
-    let at = next_attempt_at(status, base, cap)?;
-    if budgets != Allowance::Allows {
-        return Some(at);
+    let eviction = status.pod_eviction_status.as_ref()?;
+    let counter = eviction.failed_api_eviction_counter;
+    if counter <= 0 {
+        return None;
     }
-    let last = status
-        .pod_eviction_status
-        .as_ref()?
-        .last_failure_time
-        .as_ref()?;
-    Some(at.min(add(last.0, ALLOWED_RETRY.max(base).min(cap))))
+    let last = eviction.last_failure_time.as_ref()?;
+    Some(add(last.0, retry_wait(counter, base, cap, budgets)))
 }
 
 #[cfg(test)]
@@ -121,7 +138,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(next_attempt_at(&status, BASE, CAP), expected);
-        for budgets in [Allowance::Unknown, Allowance::NoBudget, Allowance::Refuses] {
+        for budgets in [Allowance::Unknown, Allowance::NoBudget] {
             assert_eq!(
                 retry_at(&status, BASE, CAP, budgets),
                 expected,
@@ -154,6 +171,14 @@ mod allowed_tests {
     // The eighth refusal: 128 s of backoff, 2 s once the budgets allow.
     #[case::long_backoff_cut(8, 1, 1000, Allowance::Allows, Some(102))]
     #[case::long_backoff_kept_when_refusing(8, 1, 1000, Allowance::Refuses, Some(228))]
+    // A short backoff while a budget refuses: held to 10 s (woken when the budget allows).
+    #[case::first_refusal_held(1, 1, 1000, Allowance::Refuses, Some(110))]
+    #[case::fourth_refusal_held(4, 1, 1000, Allowance::Refuses, Some(110))]
+    #[case::fifth_refusal_backoff_longer(5, 1, 1000, Allowance::Refuses, Some(116))]
+    #[case::hold_at_most_the_cap(1, 1, 4, Allowance::Refuses, Some(104))]
+    #[case::base_above_hold(1, 30, 1000, Allowance::Refuses, Some(130))]
+    #[case::short_backoff_kept_without_budget(1, 1, 1000, Allowance::NoBudget, Some(101))]
+    #[case::short_backoff_kept_when_unknown(1, 1, 1000, Allowance::Unknown, Some(101))]
     #[case::long_backoff_kept_without_budget(8, 1, 1000, Allowance::NoBudget, Some(228))]
     #[case::long_backoff_kept_when_unknown(8, 1, 1000, Allowance::Unknown, Some(228))]
     // The backoff is already shorter: it stands.
@@ -183,15 +208,24 @@ mod allowed_tests {
 
     #[test]
     fn never_failed_is_due_now() {
+        // The first call is made whatever the watched budgets say: the server decides.
         let status = EvictionRequestStatus::default();
-        assert_eq!(
-            retry_at(
-                &status,
-                Duration::from_secs(1),
-                Duration::from_secs(1000),
-                Allowance::Allows
-            ),
-            None
-        );
+        for budgets in [
+            Allowance::Allows,
+            Allowance::Refuses,
+            Allowance::NoBudget,
+            Allowance::Unknown,
+        ] {
+            assert_eq!(
+                retry_at(
+                    &status,
+                    Duration::from_secs(1),
+                    Duration::from_secs(1000),
+                    budgets
+                ),
+                None,
+                "{budgets:?}"
+            );
+        }
     }
 }

@@ -490,7 +490,13 @@ fn imperative_eviction_of_a_gone_pod_counts_the_imperative_interceptor_evicted()
         .active(IMP)
         .started(IMP, t(2))
         .build();
-    let d = after_eviction(&r, EvictionOutcome::PodGone, t(3), &settings());
+    let d = after_eviction(
+        &r,
+        EvictionOutcome::PodGone,
+        t(3),
+        &settings(),
+        crate::cluster::Allowance::Unknown,
+    );
     assert_eq!(
         d.processed,
         vec![(IMP.to_string(), ProcessedReason::Evicted)]

@@ -26,7 +26,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::backoff::{backoff, retry_at};
+use super::backoff::{retry_at, retry_wait};
 use super::deadline::{add, imperative_heartbeat_due, until};
 use super::decision::{
     Action, DecideSettings, Decision, Draft, EventSpec, EventType, EvictionOutcome,
@@ -36,7 +36,7 @@ use crate::api::{
     CONDITION_EVICTED, EvictionRequest, IMPERATIVE_INTERCEPTOR, InterceptorStatus,
     PodEvictionStatus,
 };
-use crate::cluster::CachedPod;
+use crate::cluster::{Allowance, CachedPod};
 
 /// Message of the imperative interceptor for pods the Eviction API must not be used on.
 pub const UNSUPPORTED_POD_MESSAGE: &str =
@@ -222,7 +222,8 @@ fn next_step(d: &mut Draft<'_>, pod: &CachedPod) -> Step {
 
 /// Folds the result of the Eviction API call made for `decide`'s [`Action::Evict`] into the
 /// status. `request` must be the request as the status patch of that decision returned it, so
-/// that the failure counter grows from its latest value.
+/// that the failure counter grows from its latest value; `budgets` is what the watched
+/// PodDisruptionBudgets selecting the pod say after the call (the retry's wait, [`retry_wait`]).
 ///
 /// # Guarantees
 /// `failedAPIEvictionCounter` only grows; the imperative entry is touched only while it is
@@ -232,6 +233,7 @@ pub fn after_eviction(
     outcome: EvictionOutcome,
     now: Timestamp,
     settings: &DecideSettings,
+    budgets: Allowance,
 ) -> Decision {
     let mut d = Draft::new(request, now, settings);
     if d.status.is_terminal() {
@@ -271,7 +273,7 @@ pub fn after_eviction(
             eviction.last_failure_time = Some(Time(d.now));
             let n = eviction.failed_api_eviction_counter;
             record_progress(&mut d, failed_evictions_message(n));
-            let wait = backoff(n, settings.backoff_base, settings.backoff_cap)
+            let wait = retry_wait(n, settings.backoff_base, settings.backoff_cap, budgets)
                 .max(retry_after.unwrap_or_default());
             d.requeue_at(add(d.now, wait));
             let note = format!(

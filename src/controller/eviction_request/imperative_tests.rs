@@ -6,7 +6,7 @@ use std::time::Duration;
 use rstest::rstest;
 
 use super::*;
-use crate::controller::eviction_request::backoff::next_attempt_at;
+use crate::controller::eviction_request::backoff::{backoff, next_attempt_at};
 use crate::controller::eviction_request::decide;
 use crate::controller::eviction_request::fixtures::{IMP, pod, request, t};
 
@@ -38,7 +38,13 @@ fn step8_failure_counts_and_backs_off(
         .started(IMP, t(100))
         .failures(before, Some(t(50)))
         .build();
-    let d = after_eviction(&r, failed(retry_after), t(110), &DecideSettings::default());
+    let d = after_eviction(
+        &r,
+        failed(retry_after),
+        t(110),
+        &DecideSettings::default(),
+        Allowance::Unknown,
+    );
     let status = d.status.unwrap();
     let eviction = status.pod_eviction_status.as_ref().unwrap();
     assert_eq!(eviction.failed_api_eviction_counter, after);
@@ -71,6 +77,48 @@ fn step8_failure_counts_and_backs_off(
     assert_eq!(at, t(110).checked_add(backoff).ok());
 }
 
+#[rstest]
+// counter before, what the watched budgets say after the call, requeue seconds (and the event's
+// "next in")
+#[case::refusing_budget_holds_the_first_retry(0, Allowance::Refuses, 10, "10s")]
+#[case::refusing_budget_leaves_a_longer_backoff(5, Allowance::Refuses, 32, "32s")]
+#[case::allowing_budget_cuts_a_long_backoff(8, Allowance::Allows, 2, "2s")]
+#[case::allowing_budget_leaves_a_shorter_one(0, Allowance::Allows, 1, "1s")]
+#[case::no_budget_keeps_the_backoff(0, Allowance::NoBudget, 1, "1s")]
+#[case::unknown_keeps_the_backoff(3, Allowance::Unknown, 8, "8s")]
+fn step8_failure_waits_as_the_budgets_say(
+    #[case] before: i32,
+    #[case] budgets: Allowance,
+    #[case] requeue: u64,
+    #[case] next: &str,
+) {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .failures(before, Some(t(50)))
+        .build();
+    let d = after_eviction(
+        &r,
+        failed(None),
+        t(110),
+        &DecideSettings::default(),
+        budgets,
+    );
+    assert_eq!(d.requeue_after, Some(Duration::from_secs(requeue)));
+    let note = &d.events[0].note;
+    assert!(note.ends_with(&format!("next in {next}.")), "{note}");
+    // The pass that wakes then makes the call: the same schedule, read back from the status.
+    let status = d.status.unwrap();
+    let at = retry_at(
+        &status,
+        Duration::from_secs(1),
+        Duration::from_secs(1000),
+        budgets,
+    );
+    assert_eq!(at, t(110 + requeue as i64).into());
+}
+
 #[test]
 fn step8_failure_heartbeats_when_a_minute_passed() {
     let r = request("uid")
@@ -78,7 +126,13 @@ fn step8_failure_heartbeats_when_a_minute_passed() {
         .active(IMP)
         .started(IMP, t(0))
         .build();
-    let d = after_eviction(&r, failed(None), t(61), &DecideSettings::default());
+    let d = after_eviction(
+        &r,
+        failed(None),
+        t(61),
+        &DecideSettings::default(),
+        Allowance::Unknown,
+    );
     let status = d.status.unwrap();
     assert_eq!(
         status
@@ -95,7 +149,13 @@ fn step8_failure_heartbeats_when_a_minute_passed() {
 fn step8_failure_while_imperative_not_active_only_counts() {
     // The request moved on (e.g. an interceptor was added by hand): S4 forbids touching the entry.
     let r = request("uid").targets(&[]).all_processed().build();
-    let d = after_eviction(&r, failed(None), t(10), &DecideSettings::default());
+    let d = after_eviction(
+        &r,
+        failed(None),
+        t(10),
+        &DecideSettings::default(),
+        Allowance::Unknown,
+    );
     let status = d.status.unwrap();
     assert_eq!(status.failed_evictions(), 1);
     assert_eq!(status.interceptor(IMP).unwrap().message, None);
@@ -115,6 +175,7 @@ fn step8_success_waits_for_the_pod_to_go() {
         EvictionOutcome::Evicted,
         t(101),
         &DecideSettings::default(),
+        Allowance::Unknown,
     );
     // Not Evicted yet, nothing written: the pod's change triggers the next step.
     assert_eq!(d.status, None, "a success writes no status");
@@ -144,6 +205,7 @@ fn step8_pod_gone_is_evicted_at_once() {
         EvictionOutcome::PodGone,
         t(101),
         &DecideSettings::default(),
+        Allowance::Unknown,
     );
     let status = d.status.unwrap();
     let c = status.condition("Evicted").unwrap();
@@ -168,7 +230,16 @@ fn step8_terminal_request_is_left_alone(#[case] outcome: EvictionOutcome) {
         .targets(&[])
         .condition("Canceled", "NoRequesters")
         .build();
-    assert!(after_eviction(&r, outcome, t(5), &DecideSettings::default()).is_noop());
+    assert!(
+        after_eviction(
+            &r,
+            outcome,
+            t(5),
+            &DecideSettings::default(),
+            Allowance::Unknown
+        )
+        .is_noop()
+    );
 }
 
 /// The events of one pass: decide, hold the selection, the call's outcome, fold it in.
@@ -176,7 +247,7 @@ fn one_pass(request: &EvictionRequest, outcome: EvictionOutcome) -> (Decision, V
     let settings = DecideSettings::default();
     let mut first = decide(request, Some(&pod("p").build()), t(5), &settings);
     let held = hold_imperative_selection(&mut first);
-    let mut followup = after_eviction(request, outcome, t(6), &settings);
+    let mut followup = after_eviction(request, outcome, t(6), &settings, Allowance::Unknown);
     if let Some(selection) = held {
         tell_selection_with_outcome(&mut followup, selection);
     }

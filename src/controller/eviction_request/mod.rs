@@ -32,7 +32,7 @@ mod properties;
 #[cfg(test)]
 mod walk;
 
-pub use backoff::{ALLOWED_RETRY, backoff, next_attempt_at, retry_at};
+pub use backoff::{ALLOWED_RETRY, backoff, next_attempt_at, retry_at, retry_wait};
 pub use bridged::{BridgedRequester, bridged_requester};
 pub use deadline::heartbeat_deadline_at;
 pub use decide::{

@@ -362,7 +362,13 @@ impl Sim {
                 EvictionOutcome::PodGone
             }
         };
-        let after = after_eviction(&self.request, outcome, self.now, &self.settings);
+        let after = after_eviction(
+            &self.request,
+            outcome,
+            self.now,
+            &self.settings,
+            crate::cluster::Allowance::Unknown,
+        );
         self.apply(&after)
     }
 

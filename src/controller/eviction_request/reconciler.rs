@@ -291,7 +291,12 @@ async fn reconcile_inner(req: Arc<EvictionRequest>, ctx: &Context) -> Result<Req
         if outcome == super::EvictionOutcome::Evicted {
             ctx.told_evicted.insert(&request_uid, Timestamp::now());
         }
-        let mut followup = after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings);
+        // What the budgets say after the call sets the retry's wait (held while one refuses).
+        let budgets = pod
+            .as_deref()
+            .map_or(Allowance::Unknown, |p| ctx.caches.budgets.allowance(p));
+        let mut followup =
+            after_eviction(&updated, outcome, Timestamp::now(), &ctx.settings, budgets);
         if let Some(selection) = selection {
             tell_selection_with_outcome(&mut followup, selection);
         }

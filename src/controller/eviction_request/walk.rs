@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::fixtures::{IMP, pod, request, t};
 use super::*;
 use crate::api::{EvictionRequest, EvictionRequestStatus};
-use crate::cluster::CachedPod;
+use crate::cluster::{Allowance, CachedPod};
 
 /// The world of the simulation: the stored request and what the shell observed.
 struct World {
@@ -256,7 +256,7 @@ fn full_walk_two_interceptors_then_imperative_eviction() {
         };
         assert_eq!(uid, "uid");
         let is_failure = matches!(outcome, EvictionOutcome::Failed { .. });
-        let after = after_eviction(&w.request, outcome, w.now, &w.settings);
+        let after = after_eviction(&w.request, outcome, w.now, &w.settings, Allowance::Unknown);
         w.apply(&after);
         if is_failure {
             failures += 1;
