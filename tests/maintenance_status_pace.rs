@@ -4,7 +4,8 @@
 //! about once per `PROGRESS_INTERVAL` (5 s), not once per pod. Every maintenance in Drain is woken by each such write,
 //! and the webhook reviews each. And maintenances queued by a budget as they are created have no
 //! status write refused (the admission waits for the cache to show the controller's own writes),
-//! and no event of theirs is refused for its namespace.
+//! and no event of theirs is refused for its namespace. Each pod's EvictionRequest is created
+//! once, not again by a reconcile before the watch shows it.
 
 mod support;
 
@@ -138,6 +139,25 @@ async fn a_drain_writes_its_progress_at_most_once_per_interval() {
          {writes:.1?} s): its progress is written more than once per {PROGRESS_INTERVAL:?}",
         writes.len(),
         window.as_secs_f64()
+    );
+    // Each pod's request created once: no create repeated by a reconcile that ran before the
+    // watch showed the controller's own creations (each refused, 409).
+    let creates: Vec<u16> = support::audit::requests(&log)
+        .iter()
+        .filter(|r| {
+            support::audit::client_of(&r.user_agent) == "evictord"
+                && r.verb == "create"
+                && r.uri.starts_with(&format!(
+                    "/apis/evictord.dev/v1alpha1/namespaces/{ns}/evictionrequests"
+                ))
+        })
+        .map(|r| r.code)
+        .collect();
+    println!("creates of the {PODS} pods' EvictionRequests: {creates:?}");
+    assert_eq!(
+        creates.len(),
+        PODS,
+        "evictord created the {PODS} pods' EvictionRequests with these answers: {creates:?}"
     );
     let _ = nms.delete(&name, &DeleteParams::default()).await;
 }

@@ -153,6 +153,7 @@ async fn start(
             exclude_from_load_balancers: args.exclude_from_external_load_balancers,
             status_writes: Default::default(),
             own_writes: own_writes.clone(),
+            created_requests: Default::default(),
         });
         info!("starting the node maintenance controller");
         tasks.push(tokio::spawn(node_maintenance::reconciler::run(

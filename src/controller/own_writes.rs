@@ -103,8 +103,20 @@ impl OwnWrites {
     }
 }
 
+/// How long an object this controller created counts as created while its cache does not show
+/// it. The watch shows a creation within a second or so; past this the object is taken as gone
+/// (deleted before the watch showed it) and may be created again. The ReplicaSet controller's
+/// "expectations" of the pods it created expire the same way (after 5 minutes).
+pub const CREATION_SHOWN_WITHIN: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
+/// Whether an object this controller created at `created` (if it did), absent from its cache,
+/// still counts as created at `now`: a creation less than [`CREATION_SHOWN_WITHIN`] old.
+pub fn creation_pending(created: Option<jiff::Timestamp>, now: jiff::Timestamp) -> bool {
+    created.is_some_and(|at| now.duration_since(at) < CREATION_SHOWN_WITHIN)
+}
+
 /// Keys a controller remembers for a while, each with the moment it first did (the requests whose
-/// eviction it told; the requests whose pod it saw gone).
+/// eviction it told; the requests whose pod it saw gone; the requests it created).
 #[derive(Debug, Default)]
 pub struct Remembered {
     keys: Mutex<HashMap<String, jiff::Timestamp>>,
@@ -132,6 +144,16 @@ impl Remembered {
     /// Forgets the keys `keep` says are gone.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.lock().retain(|k, _| keep(k));
+    }
+
+    /// Forgets the keys `keep` says are done with, knowing since when each is remembered.
+    pub fn retain_since(&self, keep: impl Fn(&str, jiff::Timestamp) -> bool) {
+        self.lock().retain(|k, at| keep(k, *at));
+    }
+
+    /// Forgets `key`.
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, jiff::Timestamp>> {
@@ -163,6 +185,34 @@ mod tests {
     ) {
         let superseded: Vec<String> = superseded.iter().map(|s| s.to_string()).collect();
         assert_eq!(cache_behind(cached, &superseded), expected);
+    }
+
+    #[rstest]
+    #[case::not_created_here(None, 100, false)]
+    #[case::just_created(Some(100), 100, true)]
+    #[case::created_a_moment_ago(Some(100), 129, true)]
+    #[case::watch_never_showed_it(Some(100), 130, false)]
+    #[case::long_ago(Some(100), 1000, false)]
+    fn creation_pending_rows(
+        #[case] created: Option<i64>,
+        #[case] now: i64,
+        #[case] expected: bool,
+    ) {
+        let at = |s: i64| jiff::Timestamp::from_second(s).unwrap();
+        assert_eq!(creation_pending(created.map(at), at(now)), expected);
+    }
+
+    #[test]
+    fn a_remembered_key_is_forgotten_when_done_with() {
+        let r = Remembered::default();
+        let at = |s: i64| jiff::Timestamp::from_second(s).unwrap();
+        r.insert("ns/a", at(100));
+        r.insert("ns/b", at(110));
+        r.insert("ns/c", at(120));
+        r.retain_since(|_, since| creation_pending(Some(since), at(135)));
+        assert!(!r.contains("ns/a") && r.contains("ns/b") && r.contains("ns/c"));
+        r.forget("ns/b");
+        assert!(!r.contains("ns/b") && r.contains("ns/c"));
     }
 
     #[test]

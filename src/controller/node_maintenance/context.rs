@@ -11,7 +11,7 @@ use super::pacing::StatusWrites;
 use super::writes::Error;
 use crate::api::NodeMaintenance;
 use crate::cluster::Caches;
-use crate::controller::own_writes::OwnWrites;
+use crate::controller::own_writes::{OwnWrites, Remembered};
 use crate::recorder::{Event, EventType, Recorder};
 
 /// What the reconciler needs.
@@ -33,6 +33,10 @@ pub struct Context {
     /// The maintenance writes of this controller and of the admission loop that the shared cache
     /// has not shown yet (shared with [`admission::Context`](super::admission::Context)).
     pub own_writes: Arc<OwnWrites>,
+    /// The EvictionRequests this controller created (`namespace/name`) that the shared cache
+    /// has not shown yet, with when: a reconcile before the watch shows them does not create
+    /// them again (each such create is refused, 409).
+    pub created_requests: Arc<Remembered>,
 }
 
 /// An event to record on the maintenance once its writes succeeded.

@@ -45,6 +45,7 @@ use crate::api::{
     CONDITION_DRAINED, EvictionRequest, MAINTENANCE_FINALIZER, NodeMaintenance, Stage,
 };
 use crate::cluster::{CachedPod, Caches, PodLabels};
+use crate::controller::own_writes::creation_pending;
 use crate::drain::{DrainEvent, DrainInput, DrainOutput, MaintenanceOutput, plan_drain};
 use crate::metrics::{ControllerLabel, metrics};
 
@@ -456,11 +457,36 @@ async fn complete_requests(
 }
 
 async fn apply_requests(ctx: &Context, actions: &[RequestAction]) -> Result<(), Error> {
+    let now = Timestamp::now();
+    let created = &ctx.created_requests;
+    // A creation is done with once the cache shows it, or when it is too old to wait for.
+    created.retain_since(|key, at| {
+        let shown = key
+            .split_once('/')
+            .is_some_and(|(ns, name)| ctx.caches.eviction_requests.get(Some(ns), name).is_some());
+        !shown && creation_pending(Some(at), now)
+    });
+    let actions: Vec<RequestAction> = actions
+        .iter()
+        .filter(|a| a.created().is_none_or(|key| !created.contains(&key)))
+        .cloned()
+        .collect();
     // Owned actions and clients: borrowed ones make the future not provably `Send`.
-    let results: Vec<Result<(), Error>> = futures::stream::iter(actions.to_vec())
+    let results: Vec<Result<(), Error>> = futures::stream::iter(actions)
         .map(|a| {
             let client = ctx.client.clone();
-            async move { writes::apply_request_action(&client, &a).await }
+            let created = ctx.created_requests.clone();
+            async move {
+                let key = a.created();
+                if let Some(key) = &key {
+                    created.insert(key, now);
+                }
+                let result = writes::apply_request_action(&client, &a).await;
+                if let (Err(_), Some(key)) = (&result, &key) {
+                    created.forget(key);
+                }
+                result
+            }
         })
         .buffer_unordered(REQUEST_WRITES)
         .collect()

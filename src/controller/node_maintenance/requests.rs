@@ -70,6 +70,17 @@ pub enum RequestAction {
     },
 }
 
+impl RequestAction {
+    /// The request a [`RequestAction::Create`] creates, as `namespace/name` (named after the
+    /// pod's UID, [`new_request`]); `None` for the other writes.
+    pub fn created(&self) -> Option<String> {
+        match self {
+            RequestAction::Create { pod, .. } => Some(format!("{}/{}", pod.namespace, pod.uid)),
+            _ => None,
+        }
+    }
+}
+
 fn ns_name(r: &EvictionRequest) -> (String, String) {
     (
         r.metadata.namespace.clone().unwrap_or_default(),
@@ -419,6 +430,28 @@ mod tests {
             name: "uid-1".into(),
             resource_version: Some("5".into()),
             requesters: names(after),
+        }
+    }
+
+    #[test]
+    fn a_creation_names_the_request_it_creates() {
+        let create = RequestAction::Create {
+            pod: pod(),
+            node: "one".into(),
+            labels: app_web(),
+        };
+        let created = new_request(&pod(), "one", &app_web());
+        assert_eq!(create.created().as_deref(), Some("ns/uid-1"));
+        assert_eq!(
+            create.created(),
+            Some(format!(
+                "{}/{}",
+                created.metadata.namespace.unwrap(),
+                created.metadata.name.unwrap()
+            ))
+        );
+        for other in [join(&[OURS]).unwrap(), withdraw(&[]), delete()] {
+            assert_eq!(other.created(), None, "{other:?}");
         }
     }
 
