@@ -18,6 +18,24 @@ fn failed(retry_after: Option<u64>) -> EvictionOutcome {
     }
 }
 
+/// A call refused at t(110) for a request whose imperative turn started at t(100), with `before`
+/// earlier failures (the last at t(50)), folded in as the budgets say after the call.
+fn refused_at_110(before: i32, retry_after: Option<u64>, budgets: Allowance) -> Decision {
+    let r = request("uid")
+        .targets(&[])
+        .active(IMP)
+        .started(IMP, t(100))
+        .failures(before, Some(t(50)))
+        .build();
+    after_eviction(
+        &r,
+        failed(retry_after),
+        t(110),
+        &DecideSettings::default(),
+        budgets,
+    )
+}
+
 #[rstest]
 // counter before, outcome retry-after, counter after, requeue seconds (the earlier of the retry
 // and the controller's next heartbeat, due at t(700))
@@ -32,19 +50,7 @@ fn step8_failure_counts_and_backs_off(
     #[case] after: i32,
     #[case] requeue: u64,
 ) {
-    let r = request("uid")
-        .targets(&[])
-        .active(IMP)
-        .started(IMP, t(100))
-        .failures(before, Some(t(50)))
-        .build();
-    let d = after_eviction(
-        &r,
-        failed(retry_after),
-        t(110),
-        &DecideSettings::default(),
-        Allowance::Unknown,
-    );
+    let d = refused_at_110(before, retry_after, Allowance::Unknown);
     let status = d.status.unwrap();
     let eviction = status.pod_eviction_status.as_ref().unwrap();
     assert_eq!(eviction.failed_api_eviction_counter, after);
@@ -92,19 +98,7 @@ fn step8_failure_waits_as_the_budgets_say(
     #[case] requeue: u64,
     #[case] next: &str,
 ) {
-    let r = request("uid")
-        .targets(&[])
-        .active(IMP)
-        .started(IMP, t(100))
-        .failures(before, Some(t(50)))
-        .build();
-    let d = after_eviction(
-        &r,
-        failed(None),
-        t(110),
-        &DecideSettings::default(),
-        budgets,
-    );
+    let d = refused_at_110(before, None, budgets);
     assert_eq!(d.requeue_after, Some(Duration::from_secs(requeue)));
     let note = &d.events[0].note;
     assert!(note.ends_with(&format!("next in {next}.")), "{note}");
