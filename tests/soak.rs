@@ -168,6 +168,53 @@ fn the_controller_manager_is_watching_again_by_the_audit_log() {
     );
 }
 
+#[test]
+fn a_violation_names_its_pods_and_kube_apiservers_log_lines_are_dated() {
+    use support::soak::evidence::{klog_time, pods_named};
+    let what = "dw-000 below desired (goal) (dw, MaxUnavailable(1)): 2 available of 3 desired; \
+                pods: dw-000-98cfbbc65-w8rtr (Pending on \"n2\"), dw-000-98cfbbc65-vr6v6 \
+                (Running, terminating on \"n4\")";
+    assert_eq!(
+        pods_named(what),
+        ["dw-000-98cfbbc65-w8rtr", "dw-000-98cfbbc65-vr6v6"]
+    );
+    assert!(pods_named("pod x (UID u) evicted twice by evictord").is_empty());
+    let tz = jiff::tz::TimeZone::system();
+    let near: jiff::Timestamp = "2026-11-29T02:44:40Z".parse().unwrap();
+    let written = near.to_zoned(tz.clone()) - jiff::SignedDuration::from_secs(2);
+    let line = format!(
+        "{} 24200 dispatcher.go:170] Failed calling webhook, failing open x: EOF",
+        written.strftime("W%m%d %H:%M:%S%.6f")
+    );
+    assert_eq!(
+        klog_time(&line, near.into()),
+        Some(written.timestamp().into())
+    );
+    assert_eq!(klog_time("not a klog line", near.into()), None);
+
+    // The events of the pods and of their requests (by UID), oldest first; others left out.
+    let event = |kind: &str, name: &str, at: &str, reason: &str| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Event>(serde_json::json!({
+            "metadata": {"name": format!("{name}.{reason}"), "namespace": "ns"},
+            "involvedObject": {"kind": kind, "name": name},
+            "lastTimestamp": at, "type": "Normal", "reason": reason, "message": "m",
+        }))
+        .unwrap()
+    };
+    let events = [
+        event("EvictionRequest", "u1", "2026-11-29T02:44:35Z", "Evicted"),
+        event("Pod", "p", "2026-11-29T02:44:30Z", "EvictionIntercepted"),
+        event("Pod", "other", "2026-11-29T02:44:31Z", "Killing"),
+    ];
+    assert_eq!(
+        support::soak::evidence::event_lines(&events, &["p".into(), "u1".into()]),
+        [
+            "event: 2026-11-29T02:44:30Z Pod/p Normal EvictionIntercepted: m",
+            "event: 2026-11-29T02:44:35Z EvictionRequest/u1 Normal Evicted: m",
+        ]
+    );
+}
+
 #[tokio::test]
 async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     use k8s_openapi::api::core::v1::{Node, Pod};
@@ -193,7 +240,34 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     let log = dir.path().join("a.log");
     std::fs::write(
         &log,
-        format!("{} INFO evictord: acquired leadership\n", at(0)),
+        format!(
+            "{} INFO evictord: acquired leadership\n{} WARN evictord::admission::pod_eviction::shell: eviction call not bridged; failurePolicy decides name=d3-b\n\
+             {} INFO interceptor{{request=ns/u2}}: Surged from 3 to 4 replicas\n",
+            at(0),
+            at(-6),
+            at(-7)
+        ),
+    )
+    .unwrap();
+    // kube-apiserver's log (klog, local time) and a kubectl drain log that name the pod.
+    let klog = |s: i64| {
+        let t = (t0 + jiff::SignedDuration::from_secs(s)).to_zoned(jiff::tz::TimeZone::system());
+        t.strftime("W%m%d %H:%M:%S%.6f   4242 dispatcher.go:170]")
+            .to_string()
+    };
+    std::fs::write(
+        dir.path().join("apiserver.err"),
+        format!(
+            "{} Failed calling webhook, failing open pods-eviction.validate.evictord.dev: EOF\n\
+             {} Failed calling webhook, failing open pods-eviction.validate.evictord.dev: long before\n",
+            klog(-5),
+            klog(-600)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("soak-kubectl-drain-1-1.log"),
+        "evicting pod ns/d3-b\nevicting pod ns/d3-c\n",
     )
     .unwrap();
     let audit = dir.path().join("audit.log");
@@ -211,7 +285,7 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         "stage": "ResponseComplete", "verb": "delete",
         "objectRef": {"resource": "pods", "namespace": "ns", "name": "d3-b"},
         "userAgent": "kubectl/v1.35.0", "responseStatus": {"code": 200},
-        "requestReceivedTimestamp": at(-5),
+        "requestReceivedTimestamp": at(-5), "stageTimestamp": at(-4),
         "annotations": {"failed-open.validating.webhook.admission.k8s.io/round_0_index_0": "pods.evictord.dev"},
     })
     .to_string();
@@ -236,6 +310,7 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
             goal: true,
         }],
         audit_log: audit,
+        logs: dir.path().to_path_buf(),
         namespace: "ns".into(),
         replicas: Arc::new(std::sync::Mutex::new(vec![Started {
             identity: "a".into(),
@@ -261,15 +336,33 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         "{text:#?}"
     );
     assert!(text[1].contains("PDB floor broken"), "{text:#?}");
-    // Each violation of a workload names who removed its pods just before.
+    // Each violation of a workload names who removed its pods just before, and what the logs
+    // say of them: kube-apiserver's webhooks that failed open in the window (not before it),
+    // kubectl drain's lines and the replicas' lines that name the pods.
+    let evidence = &violations[0].evidence;
+    let has = |want: &str| evidence.iter().any(|r| r.contains(want));
     assert!(
-        violations[0]
-            .removals
-            .iter()
-            .any(|r| r.contains("delete d3-b by \"kubectl/v1.35.0\"")
-                && r.contains("webhook failed open: pods.evictord.dev")),
-        "{:#?}",
-        violations[0].removals
+        has("removed before: ")
+            && has(
+                "delete d3-b by \"kubectl/v1.35.0\" answered 200 in 1.00 s, webhook failed open: pods.evictord.dev"
+            ),
+        "{evidence:#?}"
+    );
+    assert!(
+        has("kube-apiserver: W") && has("failing open pods-eviction.validate.evictord.dev: EOF"),
+        "{evidence:#?}"
+    );
+    assert!(!has("long before"), "{evidence:#?}");
+    assert!(has("kubectl drain: evicting pod ns/d3-b"), "{evidence:#?}");
+    assert!(!has("d3-c"), "{evidence:#?}");
+    assert!(
+        has("evictord a: ") && has("request=ns/u2}: Surged"),
+        "{evidence:#?}"
+    );
+    assert_eq!(violations[0].objects, ["d3-a", "u1", "d3-b", "u2"]);
+    assert!(
+        has("evictord a: ") && has("not bridged; failurePolicy decides name=d3-b"),
+        "{evidence:#?}"
     );
     assert!(
         text.iter().any(|t| t.contains("evicted twice by evictord")),
@@ -418,6 +511,7 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         max_unavailable: BUDGET as usize,
         tracked: pool.tracked().await.expect("the workloads"),
         audit_log: c.request_audit.clone().expect("the request audit log"),
+        logs: c.dir.clone(),
         namespace: ns.clone(),
         replicas: history.clone(),
     });
@@ -500,7 +594,11 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
             failures.push("the earlier build still runs at the end".into());
         }
     }
-    let (violations, counts) = checker.stop().await;
+    let (mut violations, counts) = checker.stop().await;
+    for v in &mut violations {
+        let events = support::soak::evidence::events(&client, &ns, &v.objects).await;
+        v.evidence.extend(events);
+    }
     let pods_drained: usize = rounds.iter().map(|r| r.targeted).sum();
     let kubectl_runs: usize = rounds.iter().map(|r| r.kubectl_runs).sum();
     let by_kind = |want: fn(&Fault) -> bool| {
@@ -557,12 +655,8 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
     let violated = violations
         .iter()
         .map(|v| {
-            let removals: String = v
-                .removals
-                .iter()
-                .map(|r| format!("\n    removed before: {r}"))
-                .collect();
-            format!("  at {:.1} s: {}{removals}", v.t, v.what)
+            let evidence: String = v.evidence.iter().map(|r| format!("\n    {r}")).collect();
+            format!("  at {:.1} s: {}{evidence}", v.t, v.what)
         })
         .collect::<Vec<_>>()
         .join("\n");

@@ -10,8 +10,9 @@
 //! every replica's log: another replica had acquired the lease later). A violation is recorded
 //! with when it happened and the objects involved, and, once the checker stops, with every
 //! removal of those pods that kube-apiserver's audit log shows in the 30 s before it (Eviction
-//! API calls and deletes: who, when, the answer, and whether a webhook failed open), so that a
-//! failed soak run says who let a pod go.
+//! API calls and deletes: who, when, the answer, how long it took, and whether a webhook failed
+//! open) and what the logs say of them ([`super::evidence`]), so that a failed soak run says who
+//! let a pod go.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Seek, SeekFrom};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::Store;
 
+use super::evidence;
 use super::replicas::Started;
 use crate::support::pool::measure::{Availability, Tracked, available, floor_broken};
 use crate::support::pool::workloads::WORKLOAD_LABEL;
@@ -38,8 +40,12 @@ pub struct Violation {
     pub what: String,
     /// When it was found.
     pub at: SystemTime,
-    /// The removals of the pods it names in the 30 s before (filled when the checker stops).
-    pub removals: Vec<String>,
+    /// What explains it (filled when the checker stops): the removals of the pods it names in
+    /// the 30 s before, then what the logs say of them ([`super::evidence`]).
+    pub evidence: Vec<String>,
+    /// The names of the pods it names and every UID each had (its EvictionRequests' names),
+    /// filled when the checker stops.
+    pub objects: Vec<String>,
 }
 
 /// How far back the removals of a violation's pods are looked up.
@@ -53,7 +59,12 @@ struct Removal {
     verb: &'static str,
     user_agent: String,
     code: u64,
-    /// The admission webhooks that failed open on this call (audit annotations `failed-open.*`).
+    /// What kube-apiserver answered, when not a success (`responseStatus.message`).
+    message: String,
+    /// How long kube-apiserver took to answer (a webhook's timeout shows here).
+    took: Duration,
+    /// The admission webhooks that failed open on this call (audit annotations `failed-open.*`,
+    /// written from Kubernetes 1.21 on).
     failed_open: Vec<String>,
 }
 
@@ -64,13 +75,19 @@ impl Removal {
         } else {
             format!(", webhook failed open: {}", self.failed_open.join(", "))
         };
+        let message = if self.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {:?}", self.message)
+        };
         format!(
-            "{} {} {} by {:?} answered {}{failed}",
+            "removed before: {} {} {} by {:?} answered {} in {:.2} s{failed}{message}",
             stamp(self.received),
             self.verb,
             self.pod,
             self.user_agent,
-            self.code
+            self.code,
+            self.took.as_secs_f64()
         )
     }
 }
@@ -124,6 +141,9 @@ pub struct Inputs {
     pub max_unavailable: usize,
     pub tracked: Vec<Tracked>,
     pub audit_log: PathBuf,
+    /// Where kube-apiserver's log and the `kubectl drain` logs are (the control plane's
+    /// directory).
+    pub logs: PathBuf,
     pub namespace: String,
     pub replicas: Arc<Mutex<Vec<Started>>>,
 }
@@ -175,8 +195,28 @@ impl Checker {
             tokio::time::sleep(Duration::from_secs(2)).await;
             state.read_audit();
             let mut violations = state.violations.lock().unwrap();
+            let replicas = state.inputs.replicas.lock().unwrap().clone();
             for v in violations.iter_mut() {
-                v.removals = removals_for(&state.removals, &v.what, v.at);
+                v.evidence = removals_for(&state.removals, &v.what, v.at);
+                let uids = |pod: &str| -> Vec<String> {
+                    let seen = state.uids.get(pod).into_iter().flatten();
+                    seen.map(|(_, uid)| uid.clone()).collect()
+                };
+                v.objects = evidence::pods_named(&v.what)
+                    .into_iter()
+                    .flat_map(|pod| {
+                        let mut all = uids(&pod);
+                        all.insert(0, pod);
+                        all
+                    })
+                    .collect();
+                v.evidence.extend(evidence::gather(
+                    &state.inputs.logs,
+                    &replicas,
+                    &v.what,
+                    uids,
+                    v.at,
+                ));
             }
         });
         Checker {
@@ -236,7 +276,8 @@ impl State {
             t,
             what,
             at: SystemTime::now(),
-            removals: Vec::new(),
+            evidence: Vec::new(),
+            objects: Vec::new(),
         });
         self.found.fetch_add(1, Ordering::Release);
     }
@@ -484,6 +525,14 @@ fn removal(event: &serde_json::Value, namespace: &str) -> Option<Removal> {
         (Some("delete"), None) => "delete",
         _ => return None,
     };
+    let time = |key: &str| {
+        event[key]
+            .as_str()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+            .map(SystemTime::from)
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    let received = time("requestReceivedTimestamp");
     let failed_open = event["annotations"]
         .as_object()
         .map(|a| {
@@ -494,15 +543,20 @@ fn removal(event: &serde_json::Value, namespace: &str) -> Option<Removal> {
         })
         .unwrap_or_default();
     Some(Removal {
-        received: event["requestReceivedTimestamp"]
-            .as_str()
-            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
-            .map(SystemTime::from)
-            .unwrap_or(SystemTime::UNIX_EPOCH),
+        received,
         pod: object["name"].as_str().unwrap_or_default().to_string(),
         verb,
         user_agent: event["userAgent"].as_str().unwrap_or_default().to_string(),
         code: event["responseStatus"]["code"].as_u64().unwrap_or(500),
+        message: event["responseStatus"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(240)
+            .collect(),
+        took: time("stageTimestamp")
+            .duration_since(received)
+            .unwrap_or_default(),
         failed_open,
     })
 }

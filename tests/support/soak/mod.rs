@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod checker;
+pub mod evidence;
 pub mod replicas;
 pub mod schedule;
 
