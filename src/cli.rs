@@ -161,6 +161,19 @@ pub struct ServeArgs {
     /// How often certificates are checked for rotation (files or Secret changed, renewal due).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub cert_check_interval: Duration,
+    /// After SIGTERM, how long the webhook goes on serving every connection, new ones too (each
+    /// HTTP/1 answer with `Connection: close`), while `/readyz` answers 503 and the controllers
+    /// stop, before it closes its connections gracefully. kube-apiserver keeps its connections
+    /// to a replica, and a Service routes new ones to it until its endpoints are updated: a
+    /// webhook call cut by the close fails open (`failurePolicy: Ignore`), and an Eviction API
+    /// call that does goes past the pod's interceptors. A second SIGTERM or SIGINT ends the wait.
+    #[arg(
+        long,
+        env = "EVICTORD_SHUTDOWN_DELAY",
+        default_value = "5s",
+        value_parser = parse_duration
+    )]
+    pub shutdown_delay: Duration,
     /// Controllers to run: `all`, `none`, or a comma list of `evictionrequest`, `nodemaintenance`.
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub controllers: Vec<String>,

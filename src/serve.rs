@@ -87,7 +87,9 @@ pub async fn connect(
 
 struct ProbeState {
     caches: Option<Arc<Caches>>,
-    shutting_down: AtomicBool,
+    /// Set on SIGTERM: `/readyz` answers 503 and the webhook's HTTP/1 answers close their
+    /// connections ([`crate::webhook_server::close_when_stopping`]).
+    shutting_down: Arc<AtomicBool>,
 }
 
 async fn livez() -> &'static str {
@@ -169,11 +171,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let state = Arc::new(AdmissionState { settings, live });
-    let app = crate::admission::webhooks::router(state);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let app =
+        crate::admission::webhooks::router(state).layer(axum::middleware::from_fn_with_state(
+            stopping.clone(),
+            crate::webhook_server::close_when_stopping,
+        ));
 
     let probe_state = Arc::new(ProbeState {
         caches: caches.clone(),
-        shutting_down: AtomicBool::new(false),
+        shutting_down: stopping,
     });
     let probes = Router::new()
         .route("/livez", get(livez))
@@ -185,7 +192,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.probe_addr))?;
     info!(addr = %args.probe_addr, "serving /livez, /readyz and /metrics over HTTP");
-    let probe_shutdown = shutdown.clone();
+    // The probes answer until the webhook has closed its connections: `/readyz` says 503
+    // "shutting down" meanwhile.
+    let probes_done = CancellationToken::new();
+    let probe_shutdown = probes_done.clone();
     let probe_task = tokio::spawn(async move {
         axum::serve(probe_listener, probes)
             .with_graceful_shutdown(async move { probe_shutdown.cancelled().await })
@@ -231,9 +241,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
 
     wait_for_signal().await;
-    info!("shutting down: refusing new work, finishing in-flight requests");
     probe_state.shutting_down.store(true, Ordering::Release);
     shutdown.cancel();
+    info!(
+        delay = ?args.shutdown_delay,
+        "shutting down: not ready, controllers stopping; the webhook serves on for the delay"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(args.shutdown_delay) => {}
+        () = wait_for_signal() => info!("second signal: closing the webhook's connections now"),
+    }
+    info!("closing the webhook's connections: refusing new ones, finishing in-flight requests");
     handle.graceful_shutdown(Some(Duration::from_secs(20)));
     if let Some(c) = controllers {
         let _ = tokio::time::timeout(Duration::from_secs(10), c).await;
@@ -243,6 +261,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let _ = server_task.await;
     cert_task.abort();
+    probes_done.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), probe_task).await;
     info!("stopped");
     Ok(())

@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -168,11 +169,66 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytesDeadline<S> {
     }
 }
 
+/// Once `stopping` is set (SIGTERM, for the whole shutdown delay), every HTTP/1 response says
+/// `Connection: close`: the client closes that connection after reading the answer, and so never
+/// sends a request on a keep-alive connection at the moment the server closes it. Such a request
+/// is lost ("EOF"), and a lost webhook call fails open. HTTP/2 connections need nothing: the
+/// server's graceful close (GOAWAY) tells the client which requests it will answer.
+pub async fn close_when_stopping(
+    axum::extract::State(stopping): axum::extract::State<std::sync::Arc<AtomicBool>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let http1 = request.version() < http::Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && stopping.load(Ordering::Acquire) {
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tower::ServiceExt;
 
     use super::*;
+
+    #[rstest::rstest]
+    #[case::http1_stopping(http::Version::HTTP_11, true, Some("close"))]
+    #[case::http1_serving(http::Version::HTTP_11, false, None)]
+    #[case::http2_stopping(http::Version::HTTP_2, true, None)]
+    #[case::http2_serving(http::Version::HTTP_2, false, None)]
+    #[tokio::test]
+    async fn http1_responses_close_their_connection_once_stopping(
+        #[case] version: http::Version,
+        #[case] stopping: bool,
+        #[case] expected: Option<&str>,
+    ) {
+        let flag = std::sync::Arc::new(AtomicBool::new(stopping));
+        let app = axum::Router::new()
+            .route("/", axum::routing::post(|| async { "ok" }))
+            .layer(axum::middleware::from_fn_with_state(
+                flag,
+                close_when_stopping,
+            ));
+        let request = http::Request::post("/")
+            .version(version)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::OK);
+        assert_eq!(
+            response
+                .headers()
+                .get(http::header::CONNECTION)
+                .map(|v| v.to_str().unwrap()),
+            expected
+        );
+    }
 
     #[tokio::test]
     async fn a_silent_peer_times_out_a_talking_one_never_does() {

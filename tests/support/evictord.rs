@@ -275,6 +275,10 @@ pub struct SpawnOptions {
     pub env: Vec<(String, String)>,
     /// The binary (default: [`serve_bin`]), e.g. the build of an earlier commit.
     pub bin: Option<PathBuf>,
+    /// Keep evictord's own `--shutdown-delay` after SIGTERM, as deployed (a rolling restart).
+    /// Otherwise the test's process closes its webhook at once: most tests stop a server to
+    /// restart it, not to roll it.
+    pub as_deployed: bool,
 }
 
 impl SpawnOptions {
@@ -312,6 +316,7 @@ impl Evictord {
                 "RUST_LOG",
                 std::env::var("EVICTORD_TEST_LOG").unwrap_or_else(|_| "info,evictord=debug".into()),
             )
+            .envs((!opts.as_deployed).then_some(("EVICTORD_SHUTDOWN_DELAY", "0s")))
             .envs(opts.env)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).expect("log"))

@@ -141,6 +141,7 @@ impl Replicas {
                 cert_dir: Some(self.cert_dir.clone()),
                 env: vec![("POD_NAME".to_string(), identity.clone())],
                 bin,
+                as_deployed: true,
                 ..Default::default()
             },
         );
