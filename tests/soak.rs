@@ -206,13 +206,9 @@ const ROUND_BOUND: Duration = Duration::from_secs(300);
 async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_loss() {
     let seed = seed();
     let faults = env_usize("SOAK_FAULTS", 32);
-    let old = std::env::var("SOAK_OLD_BUILD").ok().map(|dir| {
-        let dir = std::path::PathBuf::from(dir);
-        Arc::new(OldBuild {
-            bin: dir.join("evictord"),
-            crds: dir.join("crds"),
-        })
-    });
+    let old = std::env::var("SOAK_OLD_BUILD")
+        .ok()
+        .map(|dir| Arc::new(OldBuild::at(std::path::Path::new(&dir))));
     let schedule = plan(seed, faults, (6, 12), usize::from(old.is_some()));
     println!(
         "SOAK seed {seed} (reproduce: SOAK_SEED={seed} SOAK_FAULTS={faults} make soak): {} faults",
@@ -308,6 +304,7 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         tracked: pool.tracked().await.expect("the workloads"),
         audit_log: c.request_audit.clone().expect("the request audit log"),
         logs: c.dir.clone(),
+        goal_suspended: old.as_ref().and_then(|o| o.goal_suspended.clone()),
         namespace: ns.clone(),
         replicas: history.clone(),
     });
@@ -413,8 +410,8 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
          kube-apiserver restarted {}, etcd paused {}, node agent killed {}, downgrades {}, \
          upgrades {}); {} rounds, {} pods drained, static pod mirrors started {} on {} nodes, kubectl drain run {} times for {} rounds; {} samples, {} Eviction API \
          calls ({} answered 2xx to evictord, {} to others), {} of evictord's checked against \
-         the leadership, {:.1} replica-seconds lost under the goal; {} replicas started; \
-         violations {}",
+         the leadership, {:.1} replica-seconds lost under the goal ({} episodes while it was \
+         suspended); {} replicas started; violations {}",
         started.elapsed().as_secs_f64(),
         by_kind(|f| matches!(f, Fault::KillLeader { .. })),
         by_kind(|f| matches!(f, Fault::KillStandby { .. })),
@@ -435,6 +432,7 @@ async fn a_pool_drains_under_random_faults_and_an_evictord_downgrade_without_los
         counts.evictions_2xx_by_others,
         counts.evictord_calls_checked_for_leadership,
         counts.goal_replica_seconds,
+        counts.goal_episodes_suspended,
         history.lock().unwrap().len(),
         violations.len() + failures.len(),
     );

@@ -154,6 +154,7 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         }],
         audit_log: audit,
         logs: dir.path().to_path_buf(),
+        goal_suspended: None,
         namespace: "ns".into(),
         replicas: Arc::new(std::sync::Mutex::new(vec![Started {
             identity: "a".into(),
@@ -214,4 +215,53 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     assert!(text.iter().any(|t| t.contains("by replica b")), "{text:#?}");
     assert_eq!(counts.eviction_calls, 3);
     assert!(counts.goal_replica_seconds > 0.0);
+}
+
+/// While the goal is suspended (an upgrade stopping an earlier build's replicas), a Deployment
+/// below its desired replicas is counted, not reported, for the whole episode.
+#[tokio::test]
+async fn a_suspended_goal_counts_the_episode_instead_of_reporting_it() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::runtime::{reflector, watcher};
+    use support::pool::measure::Tracked;
+    use support::pool::workloads::{Budget, Kind, WORKLOAD_LABEL};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (pods, mut pods_writer) = reflector::store::<Pod>();
+    let (nodes, _nodes_writer) = reflector::store::<Node>();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "d3-a", "namespace": "ns", "uid": "u1",
+                     "labels": {WORKLOAD_LABEL: "d3-000"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    pods_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+    let suspended = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let checker = Checker::start(Inputs {
+        pods,
+        nodes,
+        budgeted: Default::default(),
+        max_unavailable: 0,
+        tracked: vec![Tracked {
+            name: "d3-000".into(),
+            row: "d3".into(),
+            kind: Kind::Deployment,
+            desired: 3,
+            budget: Budget::None,
+            goal: true,
+        }],
+        audit_log: dir.path().join("audit.log"),
+        logs: dir.path().to_path_buf(),
+        goal_suspended: Some(suspended.clone()),
+        namespace: "ns".into(),
+        replicas: Arc::new(std::sync::Mutex::new(Vec::new())),
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The episode goes on after the suspension ends: still not reported.
+    suspended.store(false, std::sync::atomic::Ordering::Release);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (violations, counts) = checker.stop().await;
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(counts.goal_episodes_suspended, 1);
 }

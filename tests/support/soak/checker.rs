@@ -29,6 +29,9 @@ use super::replicas::Started;
 use crate::support::pool::measure::{Availability, Tracked, available, floor_broken};
 use crate::support::pool::workloads::WORKLOAD_LABEL;
 
+/// The zero-downtime goal's check.
+const GOAL: &str = "below desired (goal)";
+
 /// How often the pods are sampled.
 pub const EVERY: Duration = Duration::from_millis(200);
 
@@ -120,6 +123,9 @@ pub struct Counts {
     pub evictord_calls_checked_for_leadership: usize,
     /// Replica-seconds lost by the Deployments under the goal (must stay 0).
     pub goal_replica_seconds: f64,
+    /// Episodes of a Deployment under the goal below its desired replicas that began while the
+    /// goal was suspended (not violations).
+    pub goal_episodes_suspended: usize,
 }
 
 /// The running checker.
@@ -144,6 +150,9 @@ pub struct Inputs {
     /// Where kube-apiserver's log and the `kubectl drain` logs are (the control plane's
     /// directory).
     pub logs: PathBuf,
+    /// While set, a Deployment under the goal below its desired replicas is not a violation
+    /// (counted in [`Counts::goal_episodes_suspended`]), for the whole episode.
+    pub goal_suspended: Option<Arc<AtomicBool>>,
     pub namespace: String,
     pub replicas: Arc<Mutex<Vec<Started>>>,
 }
@@ -334,13 +343,19 @@ impl State {
         }
         let mut found = Vec::new();
         let mut lost = 0.0;
+        let suspended = self
+            .inputs
+            .goal_suspended
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Acquire));
+        let mut suspended_episodes = 0;
         for (i, w) in self.inputs.tracked.iter().enumerate() {
             self.availability[i].observe(t, counts[i], w.budget);
             if w.goal {
                 lost += self.availability[i].unavailable_replica_seconds;
             }
             let checks = [
-                ("below desired (goal)", w.goal && counts[i] < w.desired),
+                (GOAL, w.goal && counts[i] < w.desired),
                 (
                     "PDB floor broken",
                     floor_broken(w.budget, w.desired, counts[i]),
@@ -351,6 +366,10 @@ impl State {
                 if broken {
                     if let std::collections::hash_map::Entry::Vacant(e) = self.below.entry(key) {
                         e.insert(t);
+                        if check == GOAL && suspended {
+                            suspended_episodes += 1;
+                            continue;
+                        }
                         let pods = by_workload
                             .get(w.name.as_str())
                             .cloned()
@@ -404,6 +423,7 @@ impl State {
         let mut c = self.counts.lock().unwrap();
         c.samples += 1;
         c.goal_replica_seconds = lost;
+        c.goal_episodes_suspended += suspended_episodes;
     }
 
     /// Reads the audit log on from where the last read stopped.

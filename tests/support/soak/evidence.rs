@@ -120,15 +120,17 @@ pub fn gather(
         })
         .collect();
     kubectl.sort();
+    let drains: String = kubectl.iter().map(|(_, p)| read(p)).collect();
+    let logs: Vec<(String, String)> = replicas
+        .iter()
+        .map(|r| (format!("evictord {}", r.identity), read(&r.log)))
+        .collect();
     for pod in pods_named(what) {
-        let drains: String = kubectl.iter().map(|(_, p)| read(p)).collect();
         out.extend(naming(&drains, &pod, "kubectl drain"));
-        for r in replicas {
-            let log = read(&r.log);
-            let source = format!("evictord {}", r.identity);
-            out.extend(naming(&log, &pod, &source));
+        for (source, log) in &logs {
+            out.extend(naming(log, &pod, source));
             for uid in uids(&pod) {
-                out.extend(naming(&log, &uid, &source));
+                out.extend(naming(log, &uid, source));
             }
         }
     }

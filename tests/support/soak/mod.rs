@@ -14,6 +14,7 @@ pub mod schedule;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -82,7 +83,35 @@ impl Timeline {
 pub struct OldBuild {
     pub bin: std::path::PathBuf,
     pub crds: std::path::PathBuf,
+    /// Set while the zero-downtime goal is suspended (shared with the checker): when this build
+    /// has no `--shutdown-delay` (before 0a2fe35) it closes its webhook's connections at once on
+    /// SIGTERM, so a bridge call cut then fails open and a drainer's eviction may go past the
+    /// pod's interceptors while the upgrade stops its replicas.
+    pub goal_suspended: Option<Arc<AtomicBool>>,
 }
+
+impl OldBuild {
+    /// The build in `dir` (`evictord`, `crds/`); the goal is suspended during its replicas'
+    /// stops when its `serve --help` has no `--shutdown-delay`.
+    pub fn at(dir: &std::path::Path) -> OldBuild {
+        let bin = dir.join("evictord");
+        let help = std::process::Command::new(&bin)
+            .args(["serve", "--help"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        OldBuild {
+            bin,
+            crds: dir.join("crds"),
+            goal_suspended: (!help.contains("--shutdown-delay"))
+                .then(|| Arc::new(AtomicBool::new(false))),
+        }
+    }
+}
+
+/// How long after an upgrade's roll the goal stays suspended: a drainer's call cut by the last
+/// stop is answered within the webhook's timeout, and its pod leaves then.
+const GOAL_SUSPENDED_AFTER_ROLL: Duration = Duration::from_secs(10);
 
 /// The CRD files of this build (the chart's).
 pub fn current_crds() -> std::path::PathBuf {
@@ -304,19 +333,37 @@ pub async fn inject(
                     }
                 ));
                 apply_crds(c, &crds)?;
+                // An upgrade stops the earlier build's replicas.
+                let suspended = old.goal_suspended.as_ref().filter(|_| !down);
+                if let Some(flag) = suspended {
+                    flag.store(true, Ordering::Release);
+                }
                 let mut r = replicas.lock().await;
                 r.roll(down).await?;
+                if let Some(flag) = suspended.cloned() {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(GOAL_SUSPENDED_AFTER_ROLL).await;
+                        flag.store(false, Ordering::Release);
+                    });
+                }
                 timeline.note(format!(
                     "fault {n}: roll done, replicas {:?}{}",
                     r.live
                         .iter()
                         .map(|x| x.identity.as_str())
                         .collect::<Vec<_>>(),
-                    if down {
-                        "; invariants suspended while it runs: none (the earlier commit has \
-                         every feature the invariants check)"
-                    } else {
-                        ""
+                    match (down, suspended.is_some()) {
+                        (true, _) => {
+                            "; invariants suspended while it runs: none (the earlier commit has \
+                             every feature the invariants check)"
+                        }
+                        (false, true) => {
+                            "; the zero-downtime goal suspended from the roll's start to 10 s \
+                             after it: the earlier build closes its webhook's connections at \
+                             once on SIGTERM (no --shutdown-delay), and a bridge call cut then \
+                             fails open"
+                        }
+                        (false, false) => "",
                     }
                 ));
             }
