@@ -203,7 +203,14 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
         has("evictord a: ") && has("request=ns/u2}: Surged"),
         "{evidence:#?}"
     );
-    assert_eq!(violations[0].objects, ["d3-a", "u1", "d3-b", "u2"]);
+    // Each pod followed by its UIDs (the pods in the store's order).
+    let mut objects: Vec<[String; 2]> = violations[0]
+        .objects
+        .chunks(2)
+        .map(|c| [c[0].clone(), c[1].clone()])
+        .collect();
+    objects.sort();
+    assert_eq!(objects, [["d3-a", "u1"], ["d3-b", "u2"]]);
     assert!(
         has("evictord a: ") && has("not bridged; failurePolicy decides name=d3-b"),
         "{evidence:#?}"
