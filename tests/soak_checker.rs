@@ -62,8 +62,7 @@ fn a_violation_names_its_pods_and_kube_apiservers_log_lines_are_dated() {
 async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::runtime::{reflector, watcher};
-    use support::pool::measure::Tracked;
-    use support::pool::workloads::{Budget, Kind, WORKLOAD_LABEL};
+    use support::pool::workloads::{Budget, WORKLOAD_LABEL};
 
     let dir = tempfile::tempdir().unwrap();
     let (pods, mut pods_writer) = reflector::store::<Pod>();
@@ -140,28 +139,13 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
     ];
     std::fs::write(&audit, lines.join("\n") + "\n").unwrap();
     let checker = Checker::start(Inputs {
-        pods,
-        nodes,
-        budgeted: Default::default(),
-        max_unavailable: 0,
-        tracked: vec![Tracked {
-            name: "d3-000".into(),
-            row: "d3".into(),
-            kind: Kind::Deployment,
-            desired: 3,
-            budget: Budget::MaxUnavailable(1),
-            goal: true,
-        }],
-        audit_log: audit,
-        logs: dir.path().to_path_buf(),
-        goal_suspended: None,
-        namespace: "ns".into(),
         replicas: Arc::new(std::sync::Mutex::new(vec![Started {
             identity: "a".into(),
             log,
             old: false,
             started: SystemTime::now(),
         }])),
+        ..one_deployment(pods, nodes, dir.path(), Budget::MaxUnavailable(1))
     });
     support::wait::until(
         Duration::from_secs(10),
@@ -230,8 +214,7 @@ async fn the_checker_reports_each_broken_invariant_while_it_runs() {
 async fn a_suspended_goal_counts_the_episode_instead_of_reporting_it() {
     use k8s_openapi::api::core::v1::{Node, Pod};
     use kube::runtime::{reflector, watcher};
-    use support::pool::measure::Tracked;
-    use support::pool::workloads::{Budget, Kind, WORKLOAD_LABEL};
+    use support::pool::workloads::{Budget, WORKLOAD_LABEL};
 
     let dir = tempfile::tempdir().unwrap();
     let (pods, mut pods_writer) = reflector::store::<Pod>();
@@ -246,6 +229,30 @@ async fn a_suspended_goal_counts_the_episode_instead_of_reporting_it() {
     pods_writer.apply_watcher_event(&watcher::Event::Apply(pod));
     let suspended = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let checker = Checker::start(Inputs {
+        goal_suspended: Some(suspended.clone()),
+        ..one_deployment(pods, nodes, dir.path(), Budget::None)
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The episode goes on after the suspension ends: still not reported.
+    suspended.store(false, std::sync::atomic::Ordering::Release);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (violations, counts) = checker.stop().await;
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(counts.goal_episodes_suspended, 1);
+}
+
+/// The checker's inputs for one Deployment `d3-000` of 3 replicas under the zero-loss goal with
+/// `budget`, in namespace `ns`, its logs in `dir` (the audit log `dir/audit.log`), no replica
+/// started and the goal never suspended.
+fn one_deployment(
+    pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    dir: &std::path::Path,
+    budget: support::pool::workloads::Budget,
+) -> Inputs {
+    use support::pool::measure::Tracked;
+    use support::pool::workloads::Kind;
+    Inputs {
         pods,
         nodes,
         budgeted: Default::default(),
@@ -255,20 +262,13 @@ async fn a_suspended_goal_counts_the_episode_instead_of_reporting_it() {
             row: "d3".into(),
             kind: Kind::Deployment,
             desired: 3,
-            budget: Budget::None,
+            budget,
             goal: true,
         }],
-        audit_log: dir.path().join("audit.log"),
-        logs: dir.path().to_path_buf(),
-        goal_suspended: Some(suspended.clone()),
+        audit_log: dir.join("audit.log"),
+        logs: dir.to_path_buf(),
+        goal_suspended: None,
         namespace: "ns".into(),
         replicas: Arc::new(std::sync::Mutex::new(Vec::new())),
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // The episode goes on after the suspension ends: still not reported.
-    suspended.store(false, std::sync::atomic::Ordering::Release);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (violations, counts) = checker.stop().await;
-    assert!(violations.is_empty(), "{violations:#?}");
-    assert_eq!(counts.goal_episodes_suspended, 1);
+    }
 }
