@@ -24,9 +24,12 @@ use support::pool::workloads::{self, Variant};
 use support::pool::{Pool, Spec};
 use support::soak::agents::{NodeAgents, STATIC_POD};
 use support::soak::checker::{self, Checker, Inputs, evictord_identity};
+use support::soak::faults::{informers_watching, inject};
+use support::soak::leftovers::leftovers;
 use support::soak::replicas::{Replicas, Started};
+use support::soak::rounds::round;
 use support::soak::schedule::{Fault, plan};
-use support::soak::{OldBuild, Timeline, apply_crds, current_crds, inject, leftovers, round};
+use support::soak::{OldBuild, Timeline, apply_crds, current_crds};
 
 // ---- the schedule and the checker's readings (pure) ----
 
@@ -149,9 +152,7 @@ fn the_controller_manager_is_watching_again_by_the_audit_log() {
     ];
     let text = lines.join("\n");
     assert_eq!(
-        support::soak::informers_watching(&text)
-            .into_iter()
-            .collect::<Vec<_>>(),
+        informers_watching(&text).into_iter().collect::<Vec<_>>(),
         ["pods"]
     );
     for r in [
@@ -163,10 +164,7 @@ fn the_controller_manager_is_watching_again_by_the_audit_log() {
     ] {
         lines.push(line(kcm, "watch", r, 200));
     }
-    assert_eq!(
-        support::soak::informers_watching(&lines.join("\n")).len(),
-        6
-    );
+    assert_eq!(informers_watching(&lines.join("\n")).len(), 6);
 }
 
 // ---- the soak on the real control plane ----
