@@ -35,10 +35,12 @@ mod support;
 
 mod cluster;
 mod controllers;
+mod controllers_overhead;
 mod drain;
 mod evictord_process;
 mod goal_row;
 mod goals;
+mod goals_controllers;
 mod limit_server;
 mod loadgen;
 mod machine;
@@ -60,10 +62,13 @@ mod processes;
 mod prom;
 mod replay;
 mod report;
+mod report_controllers;
 mod results;
 mod settings;
 mod svg;
 mod webhook;
+mod webhook_bodies;
+mod webhook_profile;
 
 use std::path::PathBuf;
 

@@ -13,17 +13,18 @@
 //! `REPORT.md`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use jiff::{Timestamp, ToSpan};
+use jiff::Timestamp;
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::evictord_process::{Binary, Server, free_addr, pinned, start_evictord, wait_listening};
-use crate::fixture::{ANNOTATION, EVICTION_REQUEST, HEARTBEAT, POD, Review, review};
-use crate::loadgen::{self, Answer, Bodies, FixedRate, Protocol, ReviewBody, Saturation, Target};
+use crate::fixture::{EVICTION_REQUEST, review};
+use crate::loadgen::{self, Answer, FixedRate, Protocol, ReviewBody, Saturation, Target};
 use crate::settings::Settings;
+use crate::webhook_bodies::{Body, UID_VARIANTS, request_uid};
+use crate::webhook_profile::{Profile, profile};
 
 /// EvictionRequest creates need a cluster: an evictord connected to kube-apiserver with
 /// [`CREATE_TARGETS`] pods in its cache, and one create review per pod.
@@ -151,145 +152,6 @@ pub fn start_limit(cert_dir: &Path, scratch: &Path) -> anyhow::Result<Server> {
     Ok(server)
 }
 
-/// The pod bodies (built once: padding is slow).
-static POD_BODIES: std::sync::OnceLock<Vec<ReviewBody>> = std::sync::OnceLock::new();
-
-/// Request bodies of each kind differ only in their `request.uid` (a server must echo it; the
-/// load generator checks it): this many variants, sent in turn.
-pub const UID_VARIANTS: usize = 64;
-
-/// The `i`-th review uid of body kind `kind` (UUID-shaped, distinct across kinds).
-fn request_uid(kind: u32, i: usize) -> String {
-    format!("{kind:08x}-be4c-4000-8000-{i:012x}")
-}
-
-/// [`UID_VARIANTS`] copies of `fixture` with distinct `request.uid`s.
-fn uid_variants(fixture: Review, kind: u32) -> Vec<ReviewBody> {
-    (0..UID_VARIANTS)
-        .map(|i| {
-            let body = fixture
-                .clone()
-                .set("/request/uid", request_uid(kind, i))
-                .json();
-            ReviewBody::new(body).expect("a fixture with request.uid")
-        })
-        .collect()
-}
-
-/// A realistic body: the pod fixture with a valid four-interceptor annotation, padded to about
-/// 10 KiB with environment variables (as `benches/review.rs` does).
-fn pod_bodies() -> Vec<ReviewBody> {
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(
-        ANNOTATION.into(),
-        "checkout.shop.example.com, pdb.example.com, statefulset.apps.k8s.io, drain-guard.example.org"
-            .into(),
-    );
-    let fixture = review(POD).set("/request/object/metadata/annotations", annotations);
-    let padded: Value =
-        serde_json::from_slice(&fixture.padded_json(10 * 1024)).expect("padded pod review");
-    uid_variants(Review(padded), 1)
-}
-
-/// What kube-apiserver sends in the metadata of an EvictionRequest the controller and an
-/// interceptor have written to, besides name, namespace, uid and times: the labels the controller
-/// copied from the pod (SPEC 2.3 step 4) and the managed fields of its three writers (the
-/// requester, evictord's status, the interceptor's heartbeat). Webhooks get `managedFields`
-/// (kubernetes/kubernetes#96688); the test fixture leaves them out for readability.
-fn written_metadata() -> Value {
-    serde_json::json!({
-        "labels": {"app": "checkout", "pod-template-hash": "7d9c6b5f4", "tier": "web", "team": "payments"},
-        "managedFields": [
-            {"manager": "evictord", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
-             "time": "2025-12-31T23:00:00Z", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:pod-template-hash": {}, "f:team": {}, "f:tier": {}}},
-                          "f:spec": {".": {}, "f:requesters": {}, "f:target": {".": {}, "f:pod": {".": {}, "f:name": {}, "f:uid": {}}}}}},
-            {"manager": "evictord", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
-             "time": "2025-12-31T23:50:00Z", "fieldsType": "FieldsV1", "subresource": "status",
-             "fieldsV1": {"f:status": {".": {}, "f:activeInterceptors": {}, "f:interceptors": {}, "f:observedGeneration": {}, "f:targetInterceptors": {}}}},
-            {"manager": "checkout-interceptor", "operation": "Update", "apiVersion": "evictord.dev/v1alpha1",
-             "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "subresource": "status",
-             "fieldsV1": {"f:status": {"f:interceptors": {}}}}
-        ]
-    })
-}
-
-/// The interceptor heartbeat fixture with the metadata of [`written_metadata`] (5 KiB), re-timed
-/// to `now` (the rules check heartbeats against the clock: the new heartbeat is now, the
-/// previous one two minutes ago).
-fn heartbeat_bodies(now: Timestamp) -> Vec<ReviewBody> {
-    let t = |offset: jiff::Span| -> Value {
-        let ts = now.checked_add(offset).expect("timestamp");
-        Value::String(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-    };
-    let mut r = review(HEARTBEAT);
-    for side in ["object", "oldObject"] {
-        for (key, value) in written_metadata().as_object().expect("an object") {
-            r = r.set(&format!("/request/{side}/metadata/{key}"), value.clone());
-        }
-        r = r
-            .set(
-                &format!("/request/{side}/metadata/creationTimestamp"),
-                t((-60).minutes()),
-            )
-            .set(
-                &format!("/request/{side}/status/interceptors/0/activationTime"),
-                t((-10).minutes()),
-            )
-            .set(
-                &format!("/request/{side}/status/interceptors/0/startTime"),
-                t((-10).minutes()),
-            )
-            .set(
-                &format!("/request/{side}/status/interceptors/0/expectedFinishTime"),
-                t(10.minutes()),
-            );
-    }
-    r = r
-        .set(
-            "/request/oldObject/status/interceptors/0/heartbeatTime",
-            t((-2).minutes()),
-        )
-        .set(
-            "/request/object/status/interceptors/0/heartbeatTime",
-            t(0.seconds()),
-        );
-    uid_variants(r, 2)
-}
-
-/// One request body kind.
-#[derive(Clone, Copy, Debug)]
-enum Body {
-    Pod,
-    Heartbeat,
-    Create,
-}
-
-impl Body {
-    fn name(self) -> &'static str {
-        match self {
-            Body::Pod => "pod_create_annotated_10KiB",
-            Body::Heartbeat => "evictionrequest_status_heartbeat",
-            Body::Create => "evictionrequest_create_cached_pod",
-        }
-    }
-    fn path(self) -> &'static str {
-        match self {
-            Body::Pod => "/validate/pods",
-            Body::Heartbeat | Body::Create => "/validate/evictionrequests",
-        }
-    }
-    /// Fresh bodies (the heartbeat is re-timed for every phase; each phase lasts seconds);
-    /// `creates` are the EvictionRequest create reviews.
-    fn bodies(self, creates: &[ReviewBody]) -> Bodies {
-        Bodies::new(match self {
-            Body::Pod => POD_BODIES.get_or_init(pod_bodies).clone(),
-            Body::Heartbeat => heartbeat_bodies(Timestamp::now()),
-            Body::Create => creates.to_vec(),
-        })
-    }
-}
-
 /// One server's measurements for one body in one run.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServerRun {
@@ -318,20 +180,6 @@ pub struct BodyResult {
     pub baseline_throughput_ratio: Vec<f64>,
     /// The limit's server CPU per request / the baseline's, per run.
     pub baseline_cpu_efficiency_ratio: Vec<f64>,
-}
-
-/// A `perf` profile of evictord saturated with one body.
-#[derive(Clone, Debug, Serialize)]
-pub struct Profile {
-    pub body: &'static str,
-    pub protocol: Protocol,
-    /// The summary's file name, next to `REPORT.md`.
-    pub file: Option<String>,
-    /// Why there is no profile.
-    pub error: Option<String>,
-    /// evictord's throughput during the profiled run (perf costs a little).
-    pub requests_per_second: Option<f64>,
-    pub seconds: f64,
 }
 
 /// Part 1 results.
@@ -364,7 +212,7 @@ pub struct WebhookResults {
 }
 
 /// The connections (and HTTP/2 streams per connection) of a saturation run.
-fn saturation_workers(s: &Settings, protocol: Protocol) -> (usize, usize) {
+pub(crate) fn saturation_workers(s: &Settings, protocol: Protocol) -> (usize, usize) {
     match protocol {
         Protocol::Http1 | Protocol::Http1NewConnection => (s.connections, 1),
         Protocol::H2 => (s.h2_connections, s.h2_streams),
@@ -433,216 +281,6 @@ async fn measure(
         );
     }
     Ok(ServerRun { saturation, fixed })
-}
-
-/// Lines of a profile summary section at most (the hottest symbols first).
-const PROFILE_LINES: usize = 40;
-/// Characters of a profile line at most (Rust symbols are long).
-const PROFILE_WIDTH: usize = 180;
-
-fn perf_available() -> Result<(), String> {
-    match Command::new("perf").arg("--version").output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "`perf --version` failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Err(format!(
-            "no `perf` on PATH ({e}; Debian: apt-get install linux-perf)"
-        )),
-    }
-}
-
-fn paranoid() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// `perf report` of `data` with the columns `fields`, rows over `limit` percent, comment and
-/// blank lines dropped, at most `lines`.
-fn perf_report(data: &Path, fields: &str, limit: &str, lines: usize) -> Result<String, String> {
-    perf_report_with(data, &["--no-children", "-F", fields], limit, lines)
-}
-
-/// `perf report` of `data` with `view` (e.g. `--children` and columns), as [`perf_report`].
-fn perf_report_with(
-    data: &Path,
-    view: &[&str],
-    limit: &str,
-    lines: usize,
-) -> Result<String, String> {
-    // `-F` alone (no `--sort`) keeps the rows ordered by overhead.
-    let out = Command::new("perf")
-        .arg("report")
-        .arg("-i")
-        .arg(data)
-        .args(["--stdio", "-g", "none", "--percent-limit", limit])
-        .args(view)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("perf report: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "perf report failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .take(lines)
-        .map(|l| {
-            l.chars()
-                .take(PROFILE_WIDTH)
-                .collect::<String>()
-                .trim_end()
-                .to_string()
-                + "\n"
-        })
-        .collect())
-}
-
-/// One more saturation run of evictord (pid `pid`) with `body`, under
-/// `perf record -F 999 -g -p PID` for the measured window; writes `profile-<body>.txt` into
-/// `report_dir` (the shared objects, then the hottest symbols, self time). Never fails the
-/// benchmark: what went wrong is recorded instead.
-async fn profile(
-    target: &Target,
-    pid: u32,
-    body: Body,
-    creates: &[ReviewBody],
-    s: &Settings,
-    scratch: &Path,
-    report_dir: &Path,
-) -> Profile {
-    let mut p = Profile {
-        body: body.name(),
-        protocol: target.protocol,
-        file: None,
-        error: None,
-        requests_per_second: None,
-        seconds: s.saturation_time.as_secs_f64(),
-    };
-    if let Err(e) = perf_available() {
-        p.error = Some(e);
-        return p;
-    }
-    let data = if s.profile_keep {
-        report_dir.join(format!("perf-{}.data", body.name()))
-    } else {
-        scratch.join(format!("perf-{}.data", body.name()))
-    };
-    let call_graph = if s.profile_keep {
-        ["--call-graph", "dwarf,16384"]
-    } else {
-        ["--call-graph", "fp"]
-    };
-    let run = {
-        let (target, bodies) = (target.clone(), body.bodies(creates));
-        let (workers, warmup, time) = (
-            saturation_workers(s, target.protocol),
-            s.warmup,
-            s.saturation_time,
-        );
-        tokio::spawn(async move {
-            loadgen::saturate(&target, bodies, workers, warmup, time, Some(pid)).await
-        })
-    };
-    // The load generator opens its connections, then warms up; perf covers the measured window.
-    tokio::time::sleep(s.warmup).await;
-    let record = tokio::process::Command::new("perf")
-        .args(["record", "-F", "999"])
-        .args(call_graph)
-        .args(["-p", &pid.to_string(), "-o"])
-        .arg(&data)
-        .args([
-            "--",
-            "sleep",
-            &format!("{:.1}", s.saturation_time.as_secs_f64()),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .await;
-    match run.await {
-        Ok(Ok(sat)) => p.requests_per_second = Some(sat.requests_per_second),
-        Ok(Err(e)) => p.error = Some(format!("the profiled saturation run failed: {e:#}")),
-        Err(e) => p.error = Some(format!("the profiled saturation run panicked: {e}")),
-    }
-    let why = |stderr: &[u8]| {
-        let text = String::from_utf8_lossy(stderr);
-        let tail: Vec<&str> = text.lines().rev().take(6).collect();
-        format!(
-            "{} (kernel.perf_event_paranoid = {}, running as uid {})",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
-            paranoid(),
-            uid()
-        )
-    };
-    match record {
-        Err(e) => {
-            p.error = Some(format!("perf record: {e}"));
-            return p;
-        }
-        Ok(o) if !o.status.success() || !data.exists() => {
-            p.error = Some(format!("perf record failed: {}", why(&o.stderr)));
-            return p;
-        }
-        Ok(_) => {}
-    }
-    let by_dso = perf_report(&data, "overhead,dso", "1.5", 15);
-    let by_symbol = perf_report(&data, "overhead,dso,sym", "0.5", PROFILE_LINES);
-    let inclusive = if s.profile_keep {
-        let view = ["--children", "--dsos", "evictord", "--sort", "sym"];
-        match perf_report_with(&data, &view, "1", 80) {
-            Ok(t) => format!(
-                "\n== evictord's functions with their callees (children), kept data: {} ==\n{t}",
-                data.display()
-            ),
-            Err(e) => format!("\n== inclusive view failed: {e} ==\n"),
-        }
-    } else {
-        let _ = std::fs::remove_file(&data);
-        String::new()
-    };
-    let (by_dso, by_symbol) = match (by_dso, by_symbol) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
-            p.error = Some(e);
-            return p;
-        }
-    };
-    let file = format!("profile-{}.txt", body.name());
-    let text = format!(
-        "perf profile of evictord (pid {pid}) saturated with {} over {}: {} connections x {} streams, closed loop, {:.0} req/s during the profile\n\
-         perf record -F 999 --call-graph {} -p {pid} -- sleep {:.1}   (after {:.0} s of warm-up; self time, samples of every thread)\n\
-         perf report --stdio --no-children -g none -F overhead,dso[,sym] --percent-limit 1.5 (objects) / 0.5 (symbols)   (lines over {PROFILE_WIDTH} characters cut)\n\n\
-         == by shared object ==\n{by_dso}\n== hottest symbols (at most {PROFILE_LINES}) ==\n{by_symbol}{inclusive}",
-        body.name(),
-        target.protocol.label(),
-        saturation_workers(s, target.protocol).0,
-        saturation_workers(s, target.protocol).1,
-        p.requests_per_second.unwrap_or(f64::NAN),
-        call_graph[1],
-        s.saturation_time.as_secs_f64(),
-        s.warmup.as_secs_f64(),
-    );
-    match std::fs::write(report_dir.join(&file), text) {
-        Ok(()) => p.file = Some(file),
-        Err(e) => p.error = Some(format!("writing {file}: {e}")),
-    }
-    p
-}
-
-fn uid() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Runs part 1; profiles go to `report_dir`.
