@@ -3,7 +3,11 @@
 //! the apiserver rejects with the webhook's message and one it accepts. Controllers are off so
 //! that status writes come only from the tests.
 
+#[path = "admission/pods.rs"]
+mod pods;
 mod support;
+#[path = "admission/typed_clients.rs"]
+mod typed_clients;
 
 use evictord::api::EvictionRequest;
 use k8s_openapi::api::core::v1::Pod;
@@ -565,123 +569,4 @@ async fn node_maintenance_rules() {
             .map_err(|e| e.to_string()),
         "N6",
     );
-}
-
-#[tokio::test]
-async fn pod_annotation_rules() {
-    let (client, ns) = setup("adm-pod").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    for (bad, rule) in [
-        ("nofqdn", "P2"),
-        ("a.example.com,a.example.com", "P3"),
-        ("imperative-eviction.k8s.io", "P5"),
-        ("foo.k8s.io", "P6"),
-    ] {
-        let p = pod("bad").interceptors(&[bad]).build();
-        denied(
-            pods.create(&PostParams::default(), &p)
-                .await
-                .map_err(|e| e.to_string()),
-            rule,
-        );
-    }
-    // Allowed: valid names, an allowlisted *.k8s.io name, and pods without the annotation.
-    pod("good")
-        .interceptors(&["a.example.com", "deployment.apps.k8s.io"])
-        .create(&client, &ns)
-        .await;
-    pod("plain").create(&client, &ns).await;
-    // P7: the annotation is immutable after creation.
-    let change = json!({"metadata": {"annotations": {"evictord.dev/eviction-interceptors": "b.example.com"}}});
-    denied(
-        pods.patch("good", &PatchParams::default(), &Patch::Merge(&change))
-            .await
-            .map_err(|e| e.to_string()),
-        "P7",
-    );
-    // Other updates of an annotated pod are fine.
-    pods.patch(
-        "good",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"labels": {"x": "y"}}})),
-    )
-    .await
-    .expect("label update");
-}
-
-/// Seed 000 declares `InterceptorStatus.message` required, so a typed Go client's
-/// `UpdateStatus` sends the whole status with `message: ""` in every entry (and `null` for a
-/// `metav1.Time` it leaves zero): such an initialisation is admitted (rule S4), one row per zero
-/// value; a real message in an entry that is not active is still denied.
-#[tokio::test]
-async fn typed_client_initialisation_is_admitted() {
-    let (client, ns) = setup("adm-typed").await;
-    let names = [
-        "x.example.com",
-        "y.example.com",
-        "imperative-eviction.k8s.io",
-    ];
-    let null_times = json!({
-        "activationTime": null, "startTime": null, "heartbeatTime": null,
-        "expectedFinishTime": null, "completionTime": null
-    });
-    let rows: [(&str, Value, Option<&str>); 4] = [
-        ("absent message and times", json!({}), None),
-        ("empty message", json!({"message": ""}), None),
-        (
-            "empty message and null times",
-            {
-                let mut v = null_times.clone();
-                v["message"] = json!("");
-                v
-            },
-            None,
-        ),
-        (
-            "a message in an entry that is not active",
-            json!({"message": "moved"}),
-            Some("S4"),
-        ),
-    ];
-    for (i, (row, zero, denial)) in rows.into_iter().enumerate() {
-        let pod_name = format!("p{i}");
-        let uid = pod_uid(&client, &ns, &pod_name).await;
-        let created = create_er(&client, &ns, er(&uid, &pod_name, &uid, &["a.example.com"]))
-            .await
-            .unwrap();
-        let mut whole = serde_json::to_value(&created).unwrap();
-        let entries: Vec<Value> = names
-            .iter()
-            .map(|n| {
-                let mut e = zero.clone();
-                e["name"] = json!(n);
-                e
-            })
-            .collect();
-        whole["status"] = json!({
-            "targetInterceptors": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
-            "activeInterceptors": [],
-            "processedInterceptors": [],
-            "interceptors": entries,
-        });
-        // As client-go's UpdateStatus sends it: a PUT of the whole object, the JSON as written.
-        let req = http::Request::put(format!(
-            "/apis/evictord.dev/v1alpha1/namespaces/{ns}/evictionrequests/{uid}/status"
-        ))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&whole).unwrap())
-        .unwrap();
-        let result = client
-            .request::<EvictionRequest>(req)
-            .await
-            .map_err(|e| e.to_string());
-        match denial {
-            None => {
-                let stored = result.unwrap_or_else(|e| panic!("{row}: {e}"));
-                let st = stored.status.expect("status");
-                assert_eq!(st.interceptors.len(), 3, "{row}");
-            }
-            Some(rule) => denied(result, rule),
-        }
-    }
 }
