@@ -24,47 +24,6 @@ pub struct ApiserverRestart {
 }
 
 impl TestCluster {
-    /// Polls `/readyz` (and the `default` namespace, which kube-apiserver creates shortly after
-    /// its first start) every 250 ms until both answer, or `within` passes (`None`). Returns when
-    /// kube-apiserver first answered at all (any HTTP status: it serves before it is ready) and
-    /// when it was ready. Each request is bounded by 5 s.
-    pub(super) async fn wait_apiserver(
-        &self,
-        within: Duration,
-    ) -> Option<(SystemTime, SystemTime)> {
-        let deadline = Instant::now() + within;
-        let client = self.client().await;
-        let ns: Api<Namespace> = Api::all(client.clone());
-        let bound = Duration::from_secs(5);
-        let mut answered = None;
-        loop {
-            let readyz = http::Request::get("/readyz").body(vec![]).expect("request");
-            let outcome = tokio::time::timeout(bound, client.request_text(readyz)).await;
-            if matches!(outcome, Ok(Ok(_) | Err(kube::Error::Api(_)))) {
-                answered.get_or_insert_with(SystemTime::now);
-            }
-            let ready = matches!(&outcome, Ok(Ok(body)) if body.trim() == "ok");
-            if ready
-                && tokio::time::timeout(bound, ns.get_opt("default"))
-                    .await
-                    .is_ok_and(|r| r.ok().flatten().is_some())
-            {
-                return Some((answered.unwrap_or_else(SystemTime::now), SystemTime::now()));
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    pub(super) fn apiserver_log_tail(&self, n: usize) -> String {
-        tail(
-            &std::fs::read_to_string(self.dir.join("apiserver.err")).unwrap_or_default(),
-            n,
-        )
-    }
-
     /// Stops kube-apiserver (SIGTERM, SIGKILL after [`APISERVER_STOP_BOUND`]) and starts it again
     /// with the same arguments: same port, certificates, etcd and audit log. Returns once its
     /// `/readyz` answers ok (panics after 60 s with its log). The watchdog stops the new process
