@@ -177,40 +177,8 @@ async fn chart_rbac_is_enough_for_every_call_of_serve() {
 /// restore patch. There is no kube-controller-manager in this binary: the test writes the
 /// Deployment's status and owner chain itself.
 async fn surge_as_the_chart_account(client: &kube::Client, ns: &str) {
-    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     use kube::api::{Patch, PatchParams};
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let d = deployments
-        .create(
-            &PostParams::default(),
-            &support::fixtures::deployment("web", 1, 1, 0, &["deployment.apps.k8s.io"]),
-        )
-        .await
-        .expect("create Deployment");
-    let settled = |generation: i64, n: i32| {
-        json!({"status": {"observedGeneration": generation, "replicas": n, "updatedReplicas": n,
-            "availableReplicas": n, "readyReplicas": n}})
-    };
-    deployments
-        .patch_status(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(&settled(1, 1)),
-        )
-        .await
-        .expect("Deployment status");
-    let owner = |kind: &str, name: &str, uid: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "web-1", "ownerReferences": owner("Deployment", "web", d.metadata.uid.as_deref().unwrap())},
-        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}},
-    }))
-    .unwrap();
-    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &rs)
-        .await
-        .expect("create ReplicaSet");
+    let (deployments, rs) = settled_deployment(client, ns, "web", "deployment.apps.k8s.io").await;
     let mut web = pod("web-1-a")
         .label("app", "web")
         .interceptors(&["deployment.apps.k8s.io"])
@@ -360,43 +328,11 @@ async fn endpoints_as_the_chart_account(client: &kube::Client, ns: &str) {
 }
 
 async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
-    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     use k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler;
     use kube::ResourceExt;
     use kube::api::{Patch, PatchParams};
     const HPA: &str = "horizontalpodautoscaler.autoscaling.k8s.io";
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let d = deployments
-        .create(
-            &PostParams::default(),
-            &support::fixtures::deployment("api", 1, 1, 0, &[HPA]),
-        )
-        .await
-        .expect("create Deployment");
-    let settled = |generation: i64, n: i32| {
-        json!({"status": {"observedGeneration": generation, "replicas": n, "updatedReplicas": n,
-            "availableReplicas": n, "readyReplicas": n}})
-    };
-    deployments
-        .patch_status(
-            "api",
-            &PatchParams::default(),
-            &Patch::Merge(&settled(1, 1)),
-        )
-        .await
-        .expect("Deployment status");
-    let owner = |kind: &str, name: &str, uid: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
-    let rs: ReplicaSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "ReplicaSet",
-        "metadata": {"name": "api-1", "ownerReferences": owner("Deployment", "api", d.metadata.uid.as_deref().unwrap())},
-        "spec": {"selector": {"matchLabels": {"app": "api"}}, "template": {"metadata": {"labels": {"app": "api"}},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}},
-    }))
-    .unwrap();
-    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &rs)
-        .await
-        .expect("create ReplicaSet");
+    let (deployments, rs) = settled_deployment(client, ns, "api", HPA).await;
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), ns);
     let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
         "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
@@ -487,4 +423,56 @@ async fn hpa_surge_as_the_chart_account(client: &kube::Client, ns: &str) {
         },
     )
     .await;
+}
+
+/// The status of a Deployment whose controller observed `generation`, with `n` replicas, all of
+/// them ready and available.
+fn settled(generation: i64, n: i32) -> serde_json::Value {
+    json!({"status": {"observedGeneration": generation, "replicas": n, "updatedReplicas": n,
+        "availableReplicas": n, "readyReplicas": n}})
+}
+
+/// An `ownerReferences` list naming `kind` `name` (`uid`) as the controller.
+fn owner(kind: &str, name: &str, uid: &str) -> serde_json::Value {
+    json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}])
+}
+
+/// Deployment `name` of 1 replica declaring `interceptor`, its status written as settled, and its
+/// ReplicaSet `<name>-1` (pods labelled `app=<name>`) owned by it: there is no
+/// kube-controller-manager in this binary. Returns the Deployments' API and the ReplicaSet.
+async fn settled_deployment(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    interceptor: &str,
+) -> (
+    Api<k8s_openapi::api::apps::v1::Deployment>,
+    k8s_openapi::api::apps::v1::ReplicaSet,
+) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use kube::api::{Patch, PatchParams};
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = deployments
+        .create(
+            &PostParams::default(),
+            &support::fixtures::deployment(name, 1, 1, 0, &[interceptor]),
+        )
+        .await
+        .expect("create Deployment");
+    deployments
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&settled(1, 1)))
+        .await
+        .expect("Deployment status");
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": format!("{name}-1"), "ownerReferences": owner("Deployment", name, d.metadata.uid.as_deref().unwrap())},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}},
+    }))
+    .unwrap();
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &rs)
+        .await
+        .expect("create ReplicaSet");
+    (deployments, rs)
 }
