@@ -31,7 +31,7 @@ pub struct ResultLabel {
 /// Label `outcome` of the Eviction API bridge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
-    /// `intercepted`, `allowed_no_interceptors`, `allowed_own_eviction`, ... or `error`.
+    /// `intercepted`, `intercepted_write_pending`, `allowed_no_interceptors`, ... or `error`.
     pub outcome: &'static str,
 }
 
@@ -108,6 +108,7 @@ pub const IMPERATIVE_EVICTION_RESULTS: &[&str] =
 /// The `outcome` values of `evictord_eviction_api_calls`.
 pub const EVICTION_API_OUTCOMES: &[&str] = &[
     "intercepted",
+    "intercepted_write_pending",
     "allowed_no_interceptors",
     "allowed_own_eviction",
     "allowed_terminating",

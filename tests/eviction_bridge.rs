@@ -1,8 +1,9 @@
 //! The Eviction API bridge on a real control plane, driven by the real `kubectl` binary:
 //! `kubectl drain` waits for a pod's interceptor and finishes when evictord has evicted the pod,
 //! a server dry run writes nothing, an aborted drain's requester expires after the TTL, a raw
-//! Eviction API call gets 429 "Eviction triggered", and a PodDisruptionBudget still decides
-//! evictord's own eviction.
+//! Eviction API call gets 429 "Eviction triggered", a PodDisruptionBudget still decides
+//! evictord's own eviction, and a request write slower than kube-apiserver's patience is answered
+//! 429 in time and finished after.
 
 mod support;
 
@@ -10,8 +11,9 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use evictord::api::{EVICTION_API_REQUESTER, EvictionRequest};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::ListParams;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use support::fixtures::{blocking_pdb, node, pdb_api, pod};
 use support::interceptor::{now, write_when_active};
@@ -325,4 +327,113 @@ async fn raw_eviction_gets_429_and_the_pdb_still_decides_evictords_own_eviction(
     })
     .await;
     assert!(gone(&client, &ns, "db").await);
+}
+
+/// A TCP listener on loopback that accepts connections and never answers (not even the TLS
+/// handshake): a webhook that always runs into its timeout. Holds at most 64 connections.
+fn silent_listener() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().take(64) {
+            held.push(conn);
+        }
+    });
+    port
+}
+
+/// A validating webhook on EvictionRequests in namespaces labelled `label=true` that takes
+/// `timeout_seconds` on every write and is then ignored: a kube-apiserver slow to write requests.
+async fn slow_request_writes(client: &Client, name: &str, label: &str, timeout_seconds: i32) {
+    let ca = std::fs::read(
+        support::evictord::shared(FLAGS)
+            .await
+            .cert_dir
+            .join("ca.crt"),
+    )
+    .unwrap();
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "slow.evictord.test",
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{}/", silent_listener()),
+                "caBundle": k8s_openapi::ByteString(ca),
+            },
+            "rules": [{
+                "apiGroups": ["evictord.dev"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["evictionrequests"],
+            }],
+            "namespaceSelector": {"matchLabels": {label: "true"}},
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "timeoutSeconds": timeout_seconds,
+            "admissionReviewVersions": ["v1"],
+        }],
+    }))
+    .unwrap();
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    api.create(&Default::default(), &config).await.unwrap();
+    // kube-apiserver picks new configurations up asynchronously.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+/// Just after a kube-apiserver restart the bridge's write of the request can take longer than
+/// kube-apiserver waits for the bridge (3 s); the call must then not fail open (which evicts
+/// the pod past its interceptors) but be answered 429 in time, the write finishing after it.
+#[tokio::test]
+async fn slow_request_write_is_answered_429_before_the_timeout_and_finishes_later() {
+    let (client, ns) = setup("bridge-slow").await;
+    let c = support::cluster().await;
+    let label = "evictord.test/slow-request-writes";
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {label: "true"}}})),
+        )
+        .await
+        .unwrap();
+    let webhook = format!("slow-request-writes-{ns}");
+    // Every write of a request in this namespace takes 5 s, more than the bridge's 3 s.
+    slow_request_writes(&client, &webhook, label, 5).await;
+    let p = pod("db")
+        .interceptors(&["db.example.com"])
+        .create(&client, &ns)
+        .await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let e = support::evictord::shared(FLAGS).await;
+    let pending = "evictord_eviction_api_calls_total{outcome=\"intercepted_write_pending\"}";
+    let before = e.metric(pending).await;
+
+    let body = format!(
+        r#"{{"apiVersion":"policy/v1beta1","kind":"Eviction","metadata":{{"name":"db","namespace":"{ns}"}}}}"#
+    );
+    let path = format!("/api/v1/namespaces/{ns}/pods/db/eviction");
+    let out = kubectl(c, &["create", "--raw", &path, "-f", "-"], Some(&body));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "the call must not fail open and evict: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains("Eviction triggered"), "{err}");
+    assert!(
+        !gone(&client, &ns, "db").await,
+        "the interceptor runs first"
+    );
+    assert_eq!(e.metric(pending).await, before + 1.0);
+
+    // The write goes on after the answer.
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &ns);
+    bridged_request(&api, &uid).await;
+    assert!(!gone(&client, &ns, "db").await);
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&webhook, &Default::default())
+        .await
+        .unwrap();
 }

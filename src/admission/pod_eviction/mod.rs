@@ -12,6 +12,7 @@
 //! [`review_pod_eviction`] decides; the I/O shell ([`shell`]) writes what it decided.
 
 mod caller;
+pub mod deadline;
 mod message;
 pub mod shell;
 

@@ -5,27 +5,32 @@
 //! Unlike the other webhooks the bridge has a side effect (it creates or joins the request), so
 //! it is registered with `sideEffects: NoneOnDryRun` and writes nothing on a dry run. A failed
 //! write is HTTP 503: the webhook's `failurePolicy: Ignore` then lets the Eviction API decide, as
-//! if evictord were not installed.
+//! if evictord were not installed. A write that is still in flight when the answer is due
+//! ([`deadline`](super::deadline)) finishes in the background, and the call is answered as
+//! decided (429 "Eviction triggered"), so a slow kube-apiserver makes drainers retry instead of
+//! evicting the pod past its interceptors.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::core::response::StatusDetails;
+use kube::{Api, Client};
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::deadline::{answer_budget, caller_timeout};
 use super::{
     BridgeDecision, BridgeWrite, EvictionCall, PodEvent, confirm_live, review_pod_eviction,
 };
 use crate::admission::Lookups;
 use crate::admission::http::{AdmissionBody, AdmissionState, HandlerError, answer, decode};
+use crate::admission::registration::POD_EVICTION_TIMEOUT_SECONDS;
 use crate::api::{EVICTION_API_REQUESTER, EvictionRequest, IMPERATIVE_EVICTION_ANNOTATION};
 use crate::cluster::{CachedPod, ClusterView, LiveContext, Lookup, PodLookup, prepare};
 use crate::metrics::{AdmissionLabels, OutcomeLabel, metrics};
@@ -35,9 +40,21 @@ use crate::telemetry::ADMISSION_SPAN;
 /// The `resource` label of the bridge's admission metrics.
 const RESOURCE: &str = "pods/eviction";
 
+/// The `outcome` label of a call answered 429 "Eviction triggered" while its write was still in
+/// flight.
+pub const OUTCOME_WRITE_PENDING: &str = "intercepted_write_pending";
+
 /// The axum handler of `POST /validate/pods-eviction`.
-pub async fn handle(State(state): State<Arc<AdmissionState>>, body: AdmissionBody) -> Response {
+pub async fn handle(
+    State(state): State<Arc<AdmissionState>>,
+    RawQuery(query): RawQuery,
+    body: AdmissionBody,
+) -> Response {
     let started = Instant::now();
+    let timeout = caller_timeout(query.as_deref()).unwrap_or(Duration::from_secs(
+        POD_EVICTION_TIMEOUT_SECONDS.unsigned_abs().into(),
+    ));
+    let answer_by = tokio::time::Instant::from_std(started) + answer_budget(timeout);
     let (verdict, outcome, response) = match decode::<DynamicObject>(
         body.content_type(),
         &body.bytes,
@@ -50,14 +67,18 @@ pub async fn handle(State(state): State<Arc<AdmissionState>>, body: AdmissionBod
         }
         Ok(req) => {
             let span = info_span!(ADMISSION_SPAN, resource = RESOURCE, uid = %req.uid, name = %req.name, namespace = req.namespace.as_deref().unwrap_or(""));
-            match review(&state, &req).instrument(span).await {
-                Ok(decision) => {
+            match review(&state, &req, answer_by).instrument(span).await {
+                Ok(Reviewed { decision, pending }) => {
                     let verdict = if decision.too_many_requests.is_some() {
                         "denied"
                     } else {
                         "allowed"
                     };
-                    let outcome = decision.outcome.label();
+                    let outcome = if pending {
+                        OUTCOME_WRITE_PENDING
+                    } else {
+                        decision.outcome.label()
+                    };
                     let resp = respond(&req, decision);
                     (verdict, outcome, answer(&resp))
                 }
@@ -119,22 +140,36 @@ pub fn eviction_call<'a>(
     }
 }
 
-/// Decides on the live cluster (offline: every call is allowed) and writes what was decided.
+/// What [`review`] decided, and whether its write was still in flight when the answer was due.
+#[derive(Debug)]
+pub struct Reviewed {
+    /// The decision.
+    pub decision: BridgeDecision,
+    /// The write (or the event) goes on in the background after the answer.
+    pub pending: bool,
+}
+
+/// Decides on the live cluster (offline: every call is allowed) and writes what was decided,
+/// waiting for the write until `answer_by` and no longer.
 ///
 /// # Errors
 /// `NotReady` before the caches synced; `Lookup` when the pod lookup or a write fails.
 pub async fn review(
     state: &AdmissionState,
     req: &AdmissionRequest<DynamicObject>,
-) -> Result<BridgeDecision, HandlerError> {
+    answer_by: tokio::time::Instant,
+) -> Result<Reviewed, HandlerError> {
     let call = eviction_call(req, Timestamp::now());
     let Some(live) = &state.live else {
-        return Ok(review_pod_eviction(
-            &call,
-            &Lookup::Unknown,
-            &Lookup::Unknown,
-            &state.settings,
-        ));
+        return Ok(Reviewed {
+            decision: review_pod_eviction(
+                &call,
+                &Lookup::Unknown,
+                &Lookup::Unknown,
+                &state.settings,
+            ),
+            pending: false,
+        });
     };
     if !live.caches.synced() {
         return Err(HandlerError::NotReady);
@@ -163,14 +198,78 @@ pub async fn review(
         );
         decision = review_pod_eviction(&call, &pod, &request, &state.settings);
     }
-    if let Some(write) = &decision.write {
-        apply_write(live, write).await?;
+    let event = match (&decision.event, &pod) {
+        (Some(event), Lookup::Found(pod)) => Some((Arc::clone(pod), event.clone())),
+        _ => None,
+    };
+    let pending = if decision.write.is_some() || event.is_some() {
+        write_by(&live.client, decision.write.clone(), event, answer_by).await?
+    } else {
+        false
+    };
+    debug!(
+        outcome = decision.outcome.label(),
+        pending, "eviction call reviewed"
+    );
+    Ok(Reviewed { decision, pending })
+}
+
+/// Writes the request and records the event in a task of their own, waiting for them until
+/// `answer_by`. `Ok(true)`: still in flight then; the task goes on, and reports its end in the
+/// log (a late failure is written again by the caller's next retry, which finds no request).
+///
+/// # Errors
+/// The write's error, when it failed in time.
+async fn write_by(
+    client: &Client,
+    write: Option<BridgeWrite>,
+    event: Option<(Arc<CachedPod>, PodEvent)>,
+    answer_by: tokio::time::Instant,
+) -> Result<bool, kube::Error> {
+    let client = client.clone();
+    let started = Instant::now();
+    let mut task = tokio::spawn(
+        async move {
+            if let Some(write) = &write {
+                apply_write(&client, write).await?;
+            }
+            if let Some((pod, event)) = &event {
+                record(&client, pod, event).await;
+            }
+            Ok::<(), kube::Error>(())
+        }
+        .in_current_span(),
+    );
+    match tokio::time::timeout_at(answer_by, &mut task).await {
+        Ok(Ok(result)) => result.map(|()| false),
+        Ok(Err(join)) => {
+            // The write panicked: answer as if it failed (503, failurePolicy decides).
+            Err(kube::Error::Service(join.to_string().into()))
+        }
+        Err(_) => {
+            warn!(
+                waited_ms = started.elapsed().as_millis(),
+                "eviction call answered 429 while its write is still in flight; kube-apiserver is slow"
+            );
+            tokio::spawn(
+                async move {
+                    match task.await {
+                        Ok(Ok(())) => debug!(
+                            took_ms = started.elapsed().as_millis(),
+                            "late bridge write done"
+                        ),
+                        Ok(Err(e)) => warn!(
+                            error = %e,
+                            "late bridge write failed; the caller's next retry writes it again"
+                        ),
+                        Err(e) => warn!(error = %e, "late bridge write panicked"),
+                    }
+                }
+                .in_current_span(),
+            );
+            Ok(true)
+        }
     }
-    if let (Some(event), Lookup::Found(pod)) = (&decision.event, &pod) {
-        record(live, pod, event).await;
-    }
-    debug!(outcome = decision.outcome.label(), "eviction call reviewed");
-    Ok(decision)
 }
 
 /// The pod's request (named after its UID) read live: a consistent read, which holds every
@@ -191,14 +290,14 @@ async fn live_request(
 ///
 /// # Errors
 /// When kube-apiserver refuses or cannot be reached.
-pub async fn apply_write(live: &LiveContext, write: &BridgeWrite) -> Result<(), kube::Error> {
+pub async fn apply_write(client: &Client, write: &BridgeWrite) -> Result<(), kube::Error> {
     let (request, replaced) = match write {
         BridgeWrite::Apply(r) => (r, None),
         BridgeWrite::Replace { old_uid, request } => (request, Some(old_uid)),
     };
     let namespace = request.metadata.namespace.as_deref().unwrap_or_default();
     let name = request.metadata.name.as_deref().unwrap_or_default();
-    let api: Api<EvictionRequest> = Api::namespaced(live.client.clone(), namespace);
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), namespace);
     if let Some(old_uid) = replaced {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -219,8 +318,8 @@ pub async fn apply_write(live: &LiveContext, write: &BridgeWrite) -> Result<(), 
     Ok(())
 }
 
-async fn record(live: &LiveContext, pod: &CachedPod, event: &PodEvent) {
-    let recorder = Recorder::new(live.client.clone(), reporter("evictord-eviction-api"));
+async fn record(client: &Client, pod: &CachedPod, event: &PodEvent) {
+    let recorder = Recorder::new(client.clone(), reporter("evictord-eviction-api"));
     let reference = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
