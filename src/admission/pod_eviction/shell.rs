@@ -198,12 +198,14 @@ pub async fn review(
         );
         decision = review_pod_eviction(&call, &pod, &request, &state.settings);
     }
-    let event = match (&decision.event, &pod) {
-        (Some(event), Lookup::Found(pod)) => Some((Arc::clone(pod), event.clone())),
+    // Taken out of the decision: only the answer's parts of it are read after this.
+    let write = decision.write.take();
+    let event = match (decision.event.take(), &pod) {
+        (Some(event), Lookup::Found(pod)) => Some((Arc::clone(pod), event)),
         _ => None,
     };
-    let pending = if decision.write.is_some() || event.is_some() {
-        write_by(&live.client, decision.write.clone(), event, answer_by).await?
+    let pending = if write.is_some() || event.is_some() {
+        write_by(&live.client, write, event, answer_by).await?
     } else {
         false
     };
