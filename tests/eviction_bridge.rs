@@ -74,6 +74,16 @@ async fn drain(node: &str, extra: &[&str]) -> (Child, std::path::PathBuf) {
     (child, out)
 }
 
+/// One Eviction API call for pod `name`, as `kubectl create --raw` (no client-side retry of a
+/// 429, unlike kube's client).
+fn raw_eviction(c: &support::TestCluster, ns: &str, name: &str) -> std::process::Output {
+    let body = format!(
+        r#"{{"apiVersion":"policy/v1beta1","kind":"Eviction","metadata":{{"name":"{name}","namespace":"{ns}"}}}}"#
+    );
+    let path = format!("/api/v1/namespaces/{ns}/pods/{name}/eviction");
+    kubectl(c, &["create", "--raw", &path, "-f", "-"], Some(&body))
+}
+
 async fn gone(client: &Client, ns: &str, name: &str) -> bool {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     pods.get_opt(name).await.unwrap().is_none()
@@ -280,11 +290,7 @@ async fn raw_eviction_gets_429_and_the_pdb_still_decides_evictords_own_eviction(
         .await;
     let uid = p.metadata.uid.clone().unwrap();
     blocking_pdb(&client, &ns, "db", "app", "db", 1).await;
-    let body = format!(
-        r#"{{"apiVersion":"policy/v1beta1","kind":"Eviction","metadata":{{"name":"db","namespace":"{ns}"}}}}"#
-    );
-    let path = format!("/api/v1/namespaces/{ns}/pods/db/eviction");
-    let raw = || kubectl(c, &["create", "--raw", &path, "-f", "-"], Some(&body));
+    let raw = || raw_eviction(c, &ns, "db");
 
     let out = raw();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -410,11 +416,7 @@ async fn slow_request_write_is_answered_429_before_the_timeout_and_finishes_late
     let pending = "evictord_eviction_api_calls_total{outcome=\"intercepted_write_pending\"}";
     let before = e.metric(pending).await;
 
-    let body = format!(
-        r#"{{"apiVersion":"policy/v1beta1","kind":"Eviction","metadata":{{"name":"db","namespace":"{ns}"}}}}"#
-    );
-    let path = format!("/api/v1/namespaces/{ns}/pods/db/eviction");
-    let out = kubectl(c, &["create", "--raw", &path, "-f", "-"], Some(&body));
+    let out = raw_eviction(c, &ns, "db");
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
         !out.status.success(),

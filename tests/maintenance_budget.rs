@@ -50,12 +50,13 @@ async fn admitted_now(client: &Client, names: &[String]) -> Vec<String> {
 
 /// Sets every maintenance of `names` that is admitted, in Drain and drained to Complete.
 async fn complete_drained(client: &Client, names: &[String]) {
-    for n in admitted_now(client, names).await {
-        if let Some(nm) = get(client, &n).await
+    for n in names {
+        if let Some(nm) = get(client, n).await
+            && admitted(&nm).is_some_and(|(s, _, _)| s == "True")
             && nm.spec.stage() == Stage::Drain
             && drained(&nm)
         {
-            set_stage(client, &n, Stage::Complete).await;
+            set_stage(client, n, Stage::Complete).await;
         }
     }
 }
