@@ -216,6 +216,7 @@ async fn start(
             autoscalers.clone(),
             deployments,
             pods.clone(),
+            cordoned_pods(caches.clone()),
             term.clone(),
         )));
     }
@@ -277,4 +278,36 @@ async fn start(
     }
     // The controllers stopped (and dropped their clones): write what they queued.
     events.flush().await;
+}
+
+/// The Deployment interceptor's count of a Deployment's active pods on cordoned nodes
+/// ([`crate::interceptor::deployment::CordonedPods`]), from the cluster caches of pods and
+/// nodes: pods of the namespace controlled by one of the Deployment's ReplicaSets, not
+/// terminating, not among `covered`, bound to a node whose `spec.unschedulable` is set.
+fn cordoned_pods(caches: Arc<Caches>) -> crate::interceptor::deployment::CordonedPods {
+    Arc::new(move |ns: &str, name: &str, covered: &[&str]| {
+        let cordoned = |node: &str| {
+            caches
+                .nodes
+                .get(None, node)
+                .and_then(|n| n.spec.as_ref()?.unschedulable)
+                .unwrap_or(false)
+        };
+        caches
+            .pods
+            .all()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !covered.contains(&p.metadata.uid.as_deref().unwrap_or_default()))
+            .filter(|p| {
+                crate::interceptor::deployment::decide::owned_by(
+                    name,
+                    p.compact_labels.get("pod-template-hash"),
+                    p.metadata.owner_references.iter().flatten(),
+                )
+            })
+            .filter(|p| p.spec.node_name.as_deref().is_some_and(cordoned))
+            .count()
+    })
 }

@@ -480,3 +480,60 @@ fn a_pod_is_active_in_a_deployment_when_one_of_its_replicasets_controls_it(
 ) {
     assert_eq!(active_in(&pod, "web"), active);
 }
+
+/// The settling write of `f` when its covered pods' fates are `fates`.
+fn settling(f: &DeploymentFacts, fates: &[(&str, Fate)]) -> Settle {
+    let fates: Vec<(SurgedPod, Fate)> = fates.iter().map(|(u, f)| (pod(u), *f)).collect();
+    settle(f, &fates).expect("a settling write")
+}
+
+#[rstest]
+// A pod of the Deployment is still on a cordoned node: its place is kept for it.
+#[case::kept_for_a_pod_due(surged(3, &["a"], 4), &[("a", Fate::Gone)], 1, Duration::ZERO, true)]
+#[case::kept_within_the_bound(surged(3, &["a"], 4), &[("a", Fate::Gone)], 2, HOLD_MAX - Duration::from_secs(1), true)]
+#[case::given_back_after_the_bound(surged(3, &["a"], 4), &[("a", Fate::Gone)], 1, HOLD_MAX, false)]
+#[case::given_back_with_no_pod_due(surged(3, &["a"], 4), &[("a", Fate::Gone)], 0, Duration::ZERO, false)]
+// An undone surge gives its place back: its pod stays, nobody is due to take it.
+#[case::undone(surged(3, &["a"], 4), &[("a", Fate::Kept)], 1, Duration::ZERO, false)]
+#[case::gone_and_undone(surge_of(2, surged(3, &["a", "b"], 5)), &[("a", Fate::Gone), ("b", Fate::Kept)], 1, Duration::ZERO, false)]
+// Room left in the surge: a pod that comes raises spec.replicas itself, a kept place would idle.
+#[case::room_left(surge_of(2, surged(3, &["a"], 4)), &[("a", Fate::Gone)], 1, Duration::ZERO, false)]
+#[case::full_at_max_surge_two(surge_of(2, surged(3, &["a", "b"], 5)), &[("a", Fate::Gone), ("b", Fate::Pending)], 1, Duration::ZERO, true)]
+// Someone else scaled, or the Deployment may no longer surge: given back as before.
+#[case::user_scaled(DeploymentFacts { replicas: 7, ..surged(3, &["a"], 4) }, &[("a", Fate::Gone)], 1, Duration::ZERO, false)]
+#[case::autoscaled(DeploymentFacts { hpa: Some("h".into()), ..surged(3, &["a"], 4) }, &[("a", Fate::Gone)], 1, Duration::ZERO, false)]
+#[case::paused(DeploymentFacts { paused: true, ..surged(3, &["a"], 4) }, &[("a", Fate::Gone)], 1, Duration::ZERO, false)]
+#[case::rolling_out(DeploymentFacts { updated_replicas: 1, ..surged(3, &["a"], 4) }, &[("a", Fate::Gone)], 1, Duration::ZERO, false)]
+fn hold_rows(
+    #[case] f: DeploymentFacts,
+    #[case] fates: &[(&str, Fate)],
+    #[case] due: usize,
+    #[case] held_for: Duration,
+    #[case] kept: bool,
+) {
+    let s = settling(&f, fates);
+    assert_eq!(hold(&f, "d", &s, due, held_for), kept);
+}
+
+#[rstest]
+#[case::its_replicaset(Some("h1"), "d-h1", true, true)]
+#[case::another_deployments(Some("h1"), "dx-h1", true, false)]
+#[case::a_prefix_of_the_name(Some("h1"), "d-h1-x", true, false)]
+#[case::not_the_controller(Some("h1"), "d-h1", false, false)]
+#[case::no_hash_label(None, "d-h1", true, false)]
+fn owned_by_rows(
+    #[case] hash: Option<&str>,
+    #[case] owner: &str,
+    #[case] controller: bool,
+    #[case] owned: bool,
+) {
+    let o = OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: owner.into(),
+        uid: "u".into(),
+        controller: Some(controller),
+        block_owner_deletion: None,
+    };
+    assert_eq!(owned_by("d", hash, std::iter::once(&o)), owned);
+}

@@ -20,6 +20,7 @@ pub mod surge;
 pub mod unobserved;
 mod writes;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
@@ -46,6 +47,12 @@ pub const POLL: Duration = Duration::from_secs(30);
 /// kube-apiserver unless it writes), until its surge is settled.
 pub const SETTLE_POLL: Duration = Duration::from_secs(2);
 
+/// How many active pods of Deployment `name` (second argument) in namespace `ns` (first) run on
+/// cordoned nodes, the pods of the given UIDs (those a surge covers) left out: the process's
+/// count from its cluster caches, given to the settler, which keeps the places of pods that
+/// left for them ([`decide::hold`]).
+pub type CordonedPods = Arc<dyn Fn(&str, &str, &[&str]) -> usize + Send + Sync>;
+
 /// Errors of the Deployment interceptor's API calls.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -66,13 +73,16 @@ pub enum Error {
 /// ([`surge::DeploymentFacts`]: not its resourceVersion or managed fields) and when the readiness
 /// of the Deployment's pods does (their watch, [`WorkloadPods`]) while it waits for them;
 /// ReplicaSets come from the process's one watch cache of their owners
-/// ([`ReplicaSets::shared`], the HPA interceptor's too).
+/// ([`ReplicaSets::shared`], the HPA interceptor's too). `cordoned` counts a Deployment's pods
+/// on cordoned nodes, for which the settler keeps the places of pods that left
+/// ([`decide::hold`]).
 pub fn run(
     client: Client,
     settings: Settings,
     autoscalers: Autoscalers,
     deployments: &DeploymentWatch,
     pods: PodCache,
+    cordoned: CordonedPods,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     let settings = Settings {
@@ -95,6 +105,7 @@ pub fn run(
         pods,
         runner.requests(),
         autoscalers.clone(),
+        cordoned,
         deployments.subscribe(),
         deployments.store(),
         shutdown.clone(),

@@ -4,7 +4,9 @@
 //! a restart or on a newly elected evictord; the place of a pod that left goes to a pod of the
 //! Deployment waiting for room in the surge, when there is one ([`hand_over`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::recorder::Recorder;
 use futures::{FutureExt, StreamExt};
@@ -16,11 +18,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::decide::{
-    Fate, Settle, active_in, counted_out, hand_over, has_left, may_hand_over, settle,
+    Fate, HOLD_MAX, Settle, active_in, counted_out, hand_over, has_left, hold, may_hand_over,
+    settle,
 };
 use super::interceptor::{count, event, is_conflict, patch_deployment, recorder};
 use super::surge::{DeploymentFacts, SurgedPod};
-use super::{Error, SETTLE_POLL};
+use super::{CordonedPods, Error, SETTLE_POLL};
 use crate::api::{CONDITION_CANCELED, EvictionRequest};
 use crate::interceptor::PodCache;
 use crate::interceptor::autoscalers::{Autoscalers, scaling};
@@ -31,17 +34,75 @@ struct Context {
     requests: Store<EvictionRequest>,
     autoscalers: Autoscalers,
     recorder: Recorder,
+    cordoned: CordonedPods,
+    /// The Deployments whose finished places are being kept ([`hold`]), by namespace and name.
+    held: Mutex<HashMap<(String, String), Held>>,
+}
+
+/// A Deployment's places kept for its pods still to leave.
+struct Held {
+    /// The first look that kept them.
+    since: Instant,
+    /// Its pods on cordoned nodes, as last counted, and when.
+    due: usize,
+    counted: Instant,
+}
+
+/// How often the pods on cordoned nodes are counted again while places are kept (a count reads
+/// every pod of the process's cluster cache).
+const HOLD_RECOUNT: Duration = Duration::from_secs(10);
+
+impl Context {
+    /// How long the places of Deployment `key` have been kept, and its pods still on cordoned
+    /// nodes (`count`, counted again every [`HOLD_RECOUNT`]).
+    fn held(&self, key: &(String, String), count: impl FnOnce() -> usize) -> (Duration, usize) {
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        // Deployments deleted while kept are forgotten.
+        held.retain(|_, h| now.saturating_duration_since(h.since) < HOLD_MAX * 4);
+        match held.get_mut(key) {
+            Some(h) => {
+                if now.saturating_duration_since(h.counted) >= HOLD_RECOUNT {
+                    (h.due, h.counted) = (count(), now);
+                }
+                (now.saturating_duration_since(h.since), h.due)
+            }
+            None => {
+                let due = count();
+                held.insert(
+                    key.clone(),
+                    Held {
+                        since: now,
+                        due,
+                        counted: now,
+                    },
+                );
+                (Duration::ZERO, due)
+            }
+        }
+    }
+
+    /// Deployment `key`'s places are no longer kept.
+    fn release(&self, key: &(String, String)) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
 }
 
 /// Runs the settler until `shutdown`, on the shared watch's `changes` and `store`, reading the
 /// covered pods from `pods` and their requests from `requests` (the runner's caches), and the
 /// autoscalers from `autoscalers` (a surge's places are handed over only on a Deployment no
-/// autoscaler scales, [`may_hand_over`]).
+/// autoscaler scales, [`may_hand_over`]); `cordoned` counts a Deployment's pods on cordoned
+/// nodes (the places of pods that left are kept for them, [`hold`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
     client: Client,
     pods: PodCache,
     requests: Store<EvictionRequest>,
     autoscalers: Autoscalers,
+    cordoned: CordonedPods,
     changes: ReflectHandle<Deployment>,
     store: Store<Deployment>,
     shutdown: CancellationToken,
@@ -52,6 +113,8 @@ pub(super) async fn run(
         pods,
         requests,
         autoscalers,
+        cordoned,
+        held: Mutex::default(),
     });
     Controller::for_shared_stream(changes, store)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -159,12 +222,22 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     let Some(s) = settle(&facts, &fates) else {
         return Ok(Action::requeue(SETTLE_POLL));
     };
+    let name = d.name_any();
+    let key = (ns.clone(), name.clone());
     let (s, taken) = match handed_over(&ctx, &d, &facts, &s).await? {
         Some(handed) => handed,
+        None if keeps(&ctx, &key, &facts, &s) => {
+            debug!(
+                deployment = %format!("{ns}/{name}"),
+                finished = s.finished,
+                "keeping the places of pods that left for the Deployment's pods on cordoned nodes"
+            );
+            return Ok(Action::requeue(SETTLE_POLL));
+        }
         None => (s, Vec::new()),
     };
     patch_deployment(&ctx.client, &d, s.replicas, s.record.as_ref()).await?;
-    let name = d.name_any();
+    ctx.release(&key);
     let (reason, note) = match s.replicas {
         _ if !taken.is_empty() => {
             count_settled(count, s.finished, s.undone);
@@ -205,6 +278,53 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     Ok(requeue(&s))
 }
 
+/// Whether the places of the pods whose surge finished (`s`) are kept for the Deployment's pods
+/// still on cordoned nodes ([`hold`]), none waiting for them yet, `facts` read without the
+/// autoscaler. The first look that keeps them says so in the log.
+fn keeps(ctx: &Context, key: &(String, String), facts: &DeploymentFacts, s: &Settle) -> bool {
+    let Some(facts) = with_autoscaler(ctx, &key.0, &key.1, facts) else {
+        return false;
+    };
+    let Ok(Some(record)) = &facts.record else {
+        return false;
+    };
+    // Not even with a pod due: no count (it reads every pod of the cluster cache).
+    if !hold(&facts, &key.1, s, 1, Duration::ZERO) {
+        return false;
+    }
+    let covered: Vec<&str> = record.pods.iter().map(|p| p.uid.as_str()).collect();
+    let (held_for, due) = ctx.held(key, || (ctx.cordoned)(&key.0, &key.1, &covered));
+    let kept = hold(&facts, &key.1, s, due, held_for);
+    if kept && held_for.is_zero() {
+        info!(
+            deployment = %format!("{}/{}", key.0, key.1),
+            due,
+            "keeping the surge's place of {} pod(s) that left for the Deployment's {due} pod(s) on cordoned nodes, \
+             for {} s at most",
+            s.finished,
+            HOLD_MAX.as_secs()
+        );
+    }
+    // Given back: the clock stays until the write is done ([`Context::release`]), so that a
+    // write that fails does not start another 2 minutes.
+    kept
+}
+
+/// `facts` with the autoscaler scaling Deployment `name` of namespace `ns`; `None` while the
+/// autoscalers' cache has not synced.
+fn with_autoscaler(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    facts: &DeploymentFacts,
+) -> Option<DeploymentFacts> {
+    let autoscalers = ctx.autoscalers.in_namespace(ns)?;
+    Some(DeploymentFacts {
+        hpa: scaling(autoscalers.iter().map(AsRef::as_ref), "Deployment", name),
+        ..facts.clone()
+    })
+}
+
 /// [`settle`]'s write `s` with the finished pods' places handed to the pods waiting to join the
 /// surge ([`hand_over`]: [`waiting_to_join`] through this interceptor, and neither covered nor
 /// abandoned by the surge), and those pods; `None` to give the places back.
@@ -219,12 +339,8 @@ async fn handed_over(
     }
     let (ns, name) = (d.namespace().unwrap_or_default(), d.name_any());
     // Unknown while the autoscalers' cache has not synced: give the places back.
-    let Some(autoscalers) = ctx.autoscalers.in_namespace(&ns) else {
+    let Some(facts) = with_autoscaler(ctx, &ns, &name, facts) else {
         return Ok(None);
-    };
-    let facts = DeploymentFacts {
-        hpa: scaling(autoscalers.iter().map(AsRef::as_ref), "Deployment", &name),
-        ..facts.clone()
     };
     if !may_hand_over(&facts, &name) {
         return Ok(None);
