@@ -8,7 +8,9 @@
 //! Eviction API, which the PodDisruptionBudget now allows) removes the pod. The [`settler`]
 //! brings `spec.replicas` back once the pod is terminating or gone, or undoes the surge when the request is
 //! canceled; a place that a pod which left frees goes to the next pod of the Deployment waiting
-//! for one instead ([`decide::hand_over`]), `spec.replicas` staying up. Every Deployment write tests its resourceVersion and the replicas it replaces, so
+//! for one instead ([`decide::hand_over`]), `spec.replicas` staying up, and is kept for a while
+//! when none waits yet but another pod of the Deployment is on a cordoned node
+//! ([`decide::hold`]). Every Deployment write tests its resourceVersion and the replicas it replaces, so
 //! a user's scale is never overwritten: it wins, and the record is dropped.
 //!
 //! Built only on [`crate::interceptor`] and the Kubernetes API (convention 16).

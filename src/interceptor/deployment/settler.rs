@@ -2,7 +2,8 @@
 //! covered pod it finds the [`Fate`] (pod terminating or gone; request canceled or deleted; pending) and writes
 //! [`settle`]'s result, so `spec.replicas` returns to its base once the pods leave, also after
 //! a restart or on a newly elected evictord; the place of a pod that left goes to a pod of the
-//! Deployment waiting for room in the surge, when there is one ([`hand_over`]).
+//! Deployment waiting for room in the surge, when there is one ([`hand_over`]), and is kept, for
+//! a while, when another pod of the Deployment is on a cordoned node ([`hold`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
