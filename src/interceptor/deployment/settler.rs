@@ -225,9 +225,20 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
     };
     let name = d.name_any();
     let key = (ns.clone(), name.clone());
-    let (s, taken) = match handed_over(&ctx, &d, &facts, &s).await? {
+    // The places of pods that left go on (handed over or kept) only on a Deployment they may
+    // go on with its autoscaler known: unknown while the autoscalers' cache has not synced,
+    // they are given back.
+    let eligible = (s.finished > 0 && !s.abandoned)
+        .then(|| with_autoscaler(&ctx, &ns, &name, &facts))
+        .flatten()
+        .filter(|f| may_hand_over(f, &name));
+    let handed = match &eligible {
+        Some(f) => handed_over(&ctx, &ns, &name, f, &s).await?,
+        None => None,
+    };
+    let (s, taken) = match handed {
         Some(handed) => handed,
-        None if keeps(&ctx, &key, &facts, &s) => {
+        None if eligible.as_ref().is_some_and(|f| keeps(&ctx, &key, f, &s)) => {
             debug!(
                 deployment = %format!("{ns}/{name}"),
                 finished = s.finished,
@@ -280,22 +291,19 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, Erro
 }
 
 /// Whether the places of the pods whose surge finished (`s`) are kept for the Deployment's pods
-/// still on cordoned nodes ([`hold`]), none waiting for them yet, `facts` read without the
-/// autoscaler. The first look that keeps them says so in the log.
+/// still on cordoned nodes ([`hold`]), none waiting for them yet; `facts` with the autoscaler.
+/// The first look that keeps them says so in the log.
 fn keeps(ctx: &Context, key: &(String, String), facts: &DeploymentFacts, s: &Settle) -> bool {
-    let Some(facts) = with_autoscaler(ctx, &key.0, &key.1, facts) else {
-        return false;
-    };
     let Ok(Some(record)) = &facts.record else {
         return false;
     };
     // Not even with a pod due: no count (it reads every pod of the cluster cache).
-    if !hold(&facts, &key.1, s, 1, Duration::ZERO) {
+    if !hold(facts, &key.1, s, 1, Duration::ZERO) {
         return false;
     }
     let covered: Vec<&str> = record.pods.iter().map(|p| p.uid.as_str()).collect();
     let (held_for, due) = ctx.held(key, || (ctx.cordoned)(&key.0, &key.1, &covered));
-    let kept = hold(&facts, &key.1, s, due, held_for);
+    let kept = hold(facts, &key.1, s, due, held_for);
     if kept && held_for.is_zero() {
         info!(
             deployment = %format!("{}/{}", key.0, key.1),
@@ -327,27 +335,18 @@ fn with_autoscaler(
 }
 
 /// [`settle`]'s write `s` with the finished pods' places handed to the pods waiting to join the
-/// surge ([`hand_over`]: [`waiting_to_join`] through this interceptor, and neither covered nor
-/// abandoned by the surge), and those pods; `None` to give the places back.
+/// surge of Deployment `name` in namespace `ns` ([`hand_over`]: [`waiting_to_join`] through
+/// this interceptor, and neither covered nor abandoned by the surge), and those pods; `None` to
+/// give the places back. `facts` with the autoscaler, of a Deployment [`may_hand_over`] allows.
 async fn handed_over(
     ctx: &Context,
-    d: &Deployment,
+    ns: &str,
+    name: &str,
     facts: &DeploymentFacts,
     s: &Settle,
 ) -> Result<Option<(Settle, Vec<SurgedPod>)>, Error> {
-    if s.finished == 0 || s.abandoned {
-        return Ok(None);
-    }
-    let (ns, name) = (d.namespace().unwrap_or_default(), d.name_any());
-    // Unknown while the autoscalers' cache has not synced: give the places back.
-    let Some(facts) = with_autoscaler(ctx, &ns, &name, facts) else {
-        return Ok(None);
-    };
-    if !may_hand_over(&facts, &name) {
-        return Ok(None);
-    }
-    let waiting = waiting_to_join(&ctx.requests, &ctx.pods, &ns, &name, super::NAME).await?;
-    Ok(hand_over(&facts, s, &waiting))
+    let waiting = waiting_to_join(&ctx.requests, &ctx.pods, ns, name, super::NAME).await?;
+    Ok(hand_over(facts, s, &waiting))
 }
 
 /// The pods of Deployment `name` in namespace `ns` waiting for a place in a surge through
