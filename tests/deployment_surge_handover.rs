@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -28,13 +28,8 @@ const REPLICAS: i32 = 3;
 
 #[tokio::test]
 async fn a_surge_goes_from_pod_to_pod_without_a_replacement_stopped_each_time() {
-    // The audit log first: it is set when the control plane starts.
-    support::control_plane::cluster_with_request_audit().await;
-    let c = support::control_plane::cluster_with_controller_manager().await;
-    let log = c.request_audit.clone().expect("audit log");
-    support::evictord::shared(FLAGS).await;
-    let (client, ns) = (c.client().await, c.namespace("surge-handover").await);
-    let s = Scenario::start(client, &ns, REPLICAS, 1).await;
+    let (s, log) = start("surge-handover", REPLICAS).await;
+    let ns = s.ns.clone();
     let from = SystemTime::now();
     let ((min, samples), most) = s.drain_sampled().await;
     assert!(samples >= 3, "only {samples} samples");
@@ -64,6 +59,19 @@ async fn a_surge_goes_from_pod_to_pod_without_a_replacement_stopped_each_time() 
             "no {reason} event: {reasons:?}"
         );
     }
+}
+
+/// The control plane with kube-apiserver's audit log and kube-controller-manager, evictord, and
+/// a [`Scenario`] of `replicas` (maxSurge 1) in a namespace named after `prefix`; the audit
+/// log's path.
+async fn start(prefix: &str, replicas: i32) -> (Scenario, PathBuf) {
+    // The audit log first: it is set when the control plane starts.
+    support::control_plane::cluster_with_request_audit().await;
+    let c = support::control_plane::cluster_with_controller_manager().await;
+    let log = c.request_audit.clone().expect("audit log");
+    support::evictord::shared(FLAGS).await;
+    let (client, ns) = (c.client().await, c.namespace(prefix).await);
+    (Scenario::start(client, &ns, replicas, 1).await, log)
 }
 
 /// The ReplicaSet controller's pod creates and deletes in namespace `ns` since `from`, from
@@ -143,12 +151,8 @@ async fn kept_for(s: &Scenario, replicas: i32, seconds: u64) {
 
 #[tokio::test]
 async fn a_surges_place_is_kept_for_the_next_pod_on_a_cordoned_node() {
-    support::control_plane::cluster_with_request_audit().await;
-    let c = support::control_plane::cluster_with_controller_manager().await;
-    let log = c.request_audit.clone().expect("audit log");
-    support::evictord::shared(FLAGS).await;
-    let (client, ns) = (c.client().await, c.namespace("surge-hold").await);
-    let s = Scenario::start(client.clone(), &ns, 2, 1).await;
+    let (s, log) = start("surge-hold", 2).await;
+    let (client, ns) = (s.client.clone(), s.ns.clone());
     // `kubectl drain` cordons the node, then evicts its pods; here one pod first, the other
     // later, as when the two were on two nodes drained one after the other.
     cordon(&client, &s.a, true).await;
@@ -186,11 +190,8 @@ async fn a_surges_place_is_kept_for_the_next_pod_on_a_cordoned_node() {
 
 #[tokio::test]
 async fn a_kept_place_is_given_back_once_no_pod_is_on_a_cordoned_node() {
-    support::control_plane::cluster_with_request_audit().await;
-    let c = support::control_plane::cluster_with_controller_manager().await;
-    support::evictord::shared(FLAGS).await;
-    let (client, ns) = (c.client().await, c.namespace("surge-hold-back").await);
-    let s = Scenario::start(client.clone(), &ns, 2, 1).await;
+    let (s, _) = start("surge-hold-back", 2).await;
+    let client = s.client.clone();
     cordon(&client, &s.a, true).await;
     let pods = pods_of(&s).await;
     evict(&s, &pods[0]).await;
